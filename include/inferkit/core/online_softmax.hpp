@@ -1,0 +1,105 @@
+#pragma once
+// Online softmax (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023). A state summarizes a
+// weighted sum over some set of scores s_j and value rows v_j:
+//   max = max_j s_j,  sum = sum_j exp(s_j - max),  acc = sum_j exp(s_j - max) * v_j.
+// Two states over disjoint sets merge exactly; the normalized output is acc / sum and the
+// natural-log log-sum-exp is max + log(sum). An empty state is (max = -inf, sum = 0, acc = 0);
+// merging or finishing empty states yields zeros and LSE = -inf, never NaN.
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/simd.hpp"
+
+namespace inferkit {
+
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// Running max and running sum of one softmax row; the accumulator lives beside it.
+struct SoftmaxStats {
+  float max = kNegInf;
+  float sum = 0.0f;
+
+  bool empty() const { return sum == 0.0f; }
+  /// Natural-log log-sum-exp of the scores seen; -inf when empty.
+  float lse() const { return sum > 0.0f ? max + std::log(sum) : kNegInf; }
+};
+
+/// Adds one (score, value row) pair to a state. -inf scores are skipped (masked).
+inline void online_softmax_add(SoftmaxStats& stats, std::span<float> acc, float score,
+                               std::span<const float> value) {
+  require(acc.size() == value.size(), "value.size()", value.size(),
+          "must equal acc.size() (" + std::to_string(acc.size()) + ")");
+  require(!std::isnan(score), "score", score, "must not be NaN");
+  if (score == kNegInf) return;
+  if (score > stats.max) {
+    const float alpha = stats.max == kNegInf ? 0.0f : std::exp(stats.max - score);
+    simd::scale(acc.data(), acc.size(), alpha);
+    stats.sum *= alpha;
+    stats.max = score;
+  }
+  const float w = std::exp(score - stats.max);
+  stats.sum += w;
+  simd::axpy(acc.data(), w, value.data(), value.size());
+}
+
+/// Merges state b into state a exactly (the result summarizes the union of both sets).
+inline void online_softmax_merge(SoftmaxStats& a, std::span<float> acc_a, const SoftmaxStats& b,
+                                 std::span<const float> acc_b) {
+  require(acc_a.size() == acc_b.size(), "acc_b.size()", acc_b.size(),
+          "must equal acc_a.size() (" + std::to_string(acc_a.size()) + ")");
+  if (b.sum == 0.0f) return;
+  if (a.sum == 0.0f) {
+    a = b;
+    std::copy(acc_b.begin(), acc_b.end(), acc_a.begin());
+    return;
+  }
+  const float m = std::max(a.max, b.max);
+  const float wa = std::exp(a.max - m);
+  const float wb = std::exp(b.max - m);
+  simd::scale(acc_a.data(), acc_a.size(), wa);
+  simd::axpy(acc_a.data(), wb, acc_b.data(), acc_b.size());
+  a.sum = a.sum * wa + b.sum * wb;
+  a.max = m;
+}
+
+/// Writes acc / sum (zeros for an empty state) to out and returns the LSE (-inf if empty).
+inline float online_softmax_finish(const SoftmaxStats& stats, std::span<const float> acc,
+                                   std::span<float> out) {
+  require(out.size() == acc.size(), "out.size()", out.size(),
+          "must equal acc.size() (" + std::to_string(acc.size()) + ")");
+  const float inv = stats.sum > 0.0f ? 1.0f / stats.sum : 0.0f;
+  for (std::size_t i = 0; i < acc.size(); ++i) out[i] = acc[i] * inv;
+  return stats.lse();
+}
+
+/// Merges two normalized partial attention outputs over disjoint key sets, each given with its
+/// log-sum-exp (cascade / shared-prefix attention, split-KV decode):
+///   out = (e^{lse_a} o_a + e^{lse_b} o_b) / (e^{lse_a} + e^{lse_b}), lse = log(e^{lse_a} + e^{lse_b}).
+/// out may alias o_a or o_b. Two empty partials (lse = -inf) give zeros and -inf.
+inline float merge_attention_states(std::span<const float> o_a, float lse_a, std::span<const float> o_b,
+                                    float lse_b, std::span<float> out) {
+  require(o_b.size() == o_a.size(), "o_b.size()", o_b.size(),
+          "must equal o_a.size() (" + std::to_string(o_a.size()) + ")");
+  require(out.size() == o_a.size(), "out.size()", out.size(),
+          "must equal o_a.size() (" + std::to_string(o_a.size()) + ")");
+  require(!std::isnan(lse_a), "lse_a", lse_a, "must not be NaN");
+  require(!std::isnan(lse_b), "lse_b", lse_b, "must not be NaN");
+  require(lse_a != std::numeric_limits<float>::infinity(), "lse_a", lse_a, "must not be +inf");
+  require(lse_b != std::numeric_limits<float>::infinity(), "lse_b", lse_b, "must not be +inf");
+  const float m = std::max(lse_a, lse_b);
+  if (m == kNegInf) {
+    for (float& x : out) x = 0.0f;
+    return kNegInf;
+  }
+  const float wa = std::exp(lse_a - m);  // exp(-inf) = 0 for an empty side
+  const float wb = std::exp(lse_b - m);
+  const float inv = 1.0f / (wa + wb);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = (wa * o_a[i] + wb * o_b[i]) * inv;
+  return m + std::log(wa + wb);
+}
+
+}  // namespace inferkit

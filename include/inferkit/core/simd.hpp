@@ -1,0 +1,192 @@
+#pragma once
+// The SIMD layer: one float vector type `simd::VecF` for the best instruction set the compiler
+// may use (chosen at compile time by xsimd: SSE2 with no -march, AVX2+FMA or AVX-512 with
+// -march=native), and a one-lane scalar fallback selected by INFERKIT_FORCE_SCALAR or when
+// xsimd knows no architecture for the target. Kernels use only the free functions below, so
+// the same source compiles for every width. Tails shorter than a vector go through
+// load_partial / store_partial, which never touch memory past the end.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+
+#if !defined(INFERKIT_FORCE_SCALAR)
+#include <xsimd/xsimd.hpp>
+#if !defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
+#define INFERKIT_SIMD_XSIMD 1
+#endif
+#endif
+
+namespace inferkit::simd {
+
+#if defined(INFERKIT_SIMD_XSIMD)
+
+using Arch = xsimd::default_arch;
+using VecF = xsimd::batch<float, Arch>;
+using MaskF = xsimd::batch_bool<float, Arch>;
+inline constexpr std::size_t kWidth = VecF::size;
+inline constexpr const char* isa_name() { return Arch::name(); }
+
+inline VecF load(const float* p) { return VecF::load_unaligned(p); }
+inline void store(float* p, VecF v) { v.store_unaligned(p); }
+inline VecF broadcast(float x) { return VecF(x); }
+inline VecF fma(VecF a, VecF b, VecF c) { return xsimd::fma(a, b, c); }  // a * b + c
+inline VecF max(VecF a, VecF b) { return xsimd::max(a, b); }
+inline VecF min(VecF a, VecF b) { return xsimd::min(a, b); }
+inline VecF exp(VecF v) { return xsimd::exp(v); }
+inline VecF tanh(VecF v) { return xsimd::tanh(v); }
+inline VecF select(MaskF m, VecF a, VecF b) { return xsimd::select(m, a, b); }
+inline float hsum(VecF v) { return xsimd::hadd(v); }
+inline float hmax(VecF v) {
+  alignas(64) float lanes[kWidth];
+  v.store_aligned(lanes);
+  float m = lanes[0];
+  for (std::size_t i = 1; i < kWidth; ++i) m = lanes[i] > m ? lanes[i] : m;
+  return m;
+}
+/// Lane i holds float(i): used to build index vectors.
+inline VecF iota() {
+  alignas(64) float lanes[kWidth];
+  for (std::size_t i = 0; i < kWidth; ++i) lanes[i] = static_cast<float>(i);
+  return VecF::load_aligned(lanes);
+}
+
+#else  // scalar fallback: a one-lane "vector"
+
+inline constexpr std::size_t kWidth = 1;
+inline constexpr const char* isa_name() { return "scalar"; }
+
+struct VecF {
+  float v;
+  VecF() = default;
+  VecF(float x) : v(x) {}  // NOLINT(google-explicit-constructor): mirrors xsimd's broadcast
+  friend VecF operator+(VecF a, VecF b) { return {a.v + b.v}; }
+  friend VecF operator-(VecF a, VecF b) { return {a.v - b.v}; }
+  friend VecF operator*(VecF a, VecF b) { return {a.v * b.v}; }
+  friend VecF operator/(VecF a, VecF b) { return {a.v / b.v}; }
+  VecF& operator+=(VecF b) { v += b.v; return *this; }
+  VecF& operator*=(VecF b) { v *= b.v; return *this; }
+  friend bool operator<(VecF a, VecF b) { return a.v < b.v; }
+  friend bool operator<=(VecF a, VecF b) { return a.v <= b.v; }
+  friend bool operator>(VecF a, VecF b) { return a.v > b.v; }
+  friend bool operator>=(VecF a, VecF b) { return a.v >= b.v; }
+};
+using MaskF = bool;
+
+inline VecF load(const float* p) { return {*p}; }
+inline void store(float* p, VecF v) { *p = v.v; }
+inline VecF broadcast(float x) { return {x}; }
+inline VecF fma(VecF a, VecF b, VecF c) { return {std::fma(a.v, b.v, c.v)}; }
+inline VecF max(VecF a, VecF b) { return {a.v > b.v ? a.v : b.v}; }
+inline VecF min(VecF a, VecF b) { return {a.v < b.v ? a.v : b.v}; }
+inline VecF exp(VecF v) { return {std::exp(v.v)}; }
+inline VecF tanh(VecF v) { return {std::tanh(v.v)}; }
+inline VecF select(MaskF m, VecF a, VecF b) { return m ? a : b; }
+inline float hsum(VecF v) { return v.v; }
+inline float hmax(VecF v) { return v.v; }
+inline VecF iota() { return {0.0f}; }
+
+#endif
+
+/// Loads n < kWidth floats (n may be 0); the other lanes hold `fill`. Reads only p[0..n).
+inline VecF load_partial(const float* p, std::size_t n, float fill) {
+  alignas(64) float lanes[kWidth];
+  for (std::size_t i = 0; i < kWidth; ++i) lanes[i] = i < n ? p[i] : fill;
+  return load(lanes);
+}
+
+/// Stores the first n lanes of v to p[0..n); writes nothing else.
+inline void store_partial(float* p, VecF v, std::size_t n) {
+  alignas(64) float lanes[kWidth];
+  store(lanes, v);
+  std::memcpy(p, lanes, n * sizeof(float));
+}
+
+// ---- array helpers over float ranges -----------------------------------------------------
+
+/// max(x[0..n)); -inf for n == 0. NaN inputs give an unspecified lane result: callers that
+/// must reject NaN check for it explicitly. Four accumulators hide the max/add latency.
+inline float max_of(const float* x, std::size_t n) {
+  constexpr float kLow = -std::numeric_limits<float>::infinity();
+  VecF m0 = broadcast(kLow), m1 = m0, m2 = m0, m3 = m0;
+  std::size_t i = 0;
+  for (; i + 4 * kWidth <= n; i += 4 * kWidth) {
+    m0 = max(m0, load(x + i));
+    m1 = max(m1, load(x + i + kWidth));
+    m2 = max(m2, load(x + i + 2 * kWidth));
+    m3 = max(m3, load(x + i + 3 * kWidth));
+  }
+  for (; i + kWidth <= n; i += kWidth) m0 = max(m0, load(x + i));
+  if (i < n) m1 = max(m1, load_partial(x + i, n - i, kLow));
+  return hmax(max(max(m0, m1), max(m2, m3)));
+}
+
+/// sum(x[0..n)), accumulated lane-wise in float.
+inline float sum_of(const float* x, std::size_t n) {
+  VecF s0 = broadcast(0.0f), s1 = s0, s2 = s0, s3 = s0;
+  std::size_t i = 0;
+  for (; i + 4 * kWidth <= n; i += 4 * kWidth) {
+    s0 = s0 + load(x + i);
+    s1 = s1 + load(x + i + kWidth);
+    s2 = s2 + load(x + i + 2 * kWidth);
+    s3 = s3 + load(x + i + 3 * kWidth);
+  }
+  for (; i + kWidth <= n; i += kWidth) s0 = s0 + load(x + i);
+  if (i < n) s1 = s1 + load_partial(x + i, n - i, 0.0f);
+  return hsum((s0 + s1) + (s2 + s3));
+}
+
+/// dot(a, b) over n floats.
+inline float dot(const float* a, const float* b, std::size_t n) {
+  VecF s0 = broadcast(0.0f), s1 = s0, s2 = s0, s3 = s0;
+  std::size_t i = 0;
+  for (; i + 4 * kWidth <= n; i += 4 * kWidth) {
+    s0 = fma(load(a + i), load(b + i), s0);
+    s1 = fma(load(a + i + kWidth), load(b + i + kWidth), s1);
+    s2 = fma(load(a + i + 2 * kWidth), load(b + i + 2 * kWidth), s2);
+    s3 = fma(load(a + i + 3 * kWidth), load(b + i + 3 * kWidth), s3);
+  }
+  for (; i + kWidth <= n; i += kWidth) s0 = fma(load(a + i), load(b + i), s0);
+  if (i < n) s1 = fma(load_partial(a + i, n - i, 0.0f), load_partial(b + i, n - i, 0.0f), s1);
+  return hsum((s0 + s1) + (s2 + s3));
+}
+
+/// out[i] = exp(x[i] - shift) for i < n; returns the sum of the outputs. x and out may alias.
+/// exp(-inf) is 0, so masked entries contribute nothing.
+inline float exp_shifted(const float* x, float* out, std::size_t n, float shift) {
+  const VecF sh = broadcast(shift);
+  VecF s = broadcast(0.0f);
+  std::size_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) {
+    const VecF e = exp(load(x + i) - sh);
+    store(out + i, e);
+    s = s + e;
+  }
+  if (i < n) {
+    const VecF e = exp(load_partial(x + i, n - i, -std::numeric_limits<float>::infinity()) - sh);
+    store_partial(out + i, e, n - i);
+    s = s + e;
+  }
+  return hsum(s);
+}
+
+/// x[i] *= a for i < n.
+inline void scale(float* x, std::size_t n, float a) {
+  const VecF av = broadcast(a);
+  std::size_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) store(x + i, load(x + i) * av);
+  if (i < n) store_partial(x + i, load_partial(x + i, n - i, 0.0f) * av, n - i);
+}
+
+/// y[i] += a * x[i] for i < n.
+inline void axpy(float* y, float a, const float* x, std::size_t n) {
+  const VecF av = broadcast(a);
+  std::size_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) store(y + i, fma(av, load(x + i), load(y + i)));
+  if (i < n)
+    store_partial(y + i, fma(av, load_partial(x + i, n - i, 0.0f), load_partial(y + i, n - i, 0.0f)), n - i);
+}
+
+}  // namespace inferkit::simd

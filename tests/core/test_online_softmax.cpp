@@ -1,0 +1,98 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "inferkit/core/online_softmax.hpp"
+
+using inferkit::SoftmaxStats;
+
+namespace {
+struct Reference {
+  std::vector<double> out;
+  double lse;
+};
+// Direct softmax-weighted sum in double: the independent oracle.
+Reference softmax_weighted(const std::vector<float>& s, const std::vector<std::vector<float>>& v, std::size_t d) {
+  double m = -INFINITY;
+  for (float x : s) m = std::max<double>(m, x);
+  Reference r{std::vector<double>(d, 0.0), -INFINITY};
+  if (m == -INFINITY) return r;
+  double z = 0;
+  for (std::size_t j = 0; j < s.size(); ++j) {
+    const double w = std::exp(double(s[j]) - m);
+    z += w;
+    for (std::size_t k = 0; k < d; ++k) r.out[k] += w * v[j][k];
+  }
+  for (auto& x : r.out) x /= z;
+  r.lse = m + std::log(z);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("online softmax over a split equals the direct softmax", "[core][online_softmax]") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0, 4);
+  const std::size_t d = 19, n = 57;
+  std::vector<float> s(n);
+  std::vector<std::vector<float>> v(n, std::vector<float>(d));
+  for (std::size_t j = 0; j < n; ++j) {
+    s[j] = (j % 11 == 3) ? -INFINITY : nd(rng);
+    for (auto& x : v[j]) x = nd(rng);
+  }
+  const Reference ref = softmax_weighted(s, v, d);
+  for (std::size_t split : {0u, 1u, 20u, 56u, 57u}) {
+    SoftmaxStats a, b;
+    std::vector<float> acc_a(d, 0.0f), acc_b(d, 0.0f), out(d);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j < split) inferkit::online_softmax_add(a, acc_a, s[j], v[j]);
+      else inferkit::online_softmax_add(b, acc_b, s[j], v[j]);
+    }
+    inferkit::online_softmax_merge(a, acc_a, b, acc_b);
+    const float lse = inferkit::online_softmax_finish(a, acc_a, out);
+    CHECK(lse == Approx(ref.lse).epsilon(1e-5));
+    for (std::size_t k = 0; k < d; ++k) CHECK(out[k] == Approx(ref.out[k]).margin(1e-5));
+  }
+}
+
+TEST_CASE("merge_attention_states combines normalized partials by their LSE", "[core][online_softmax]") {
+  // Closed form: partial A has weight e^1, partial B weight e^3.
+  std::vector<float> a{1, 2}, b{3, -1}, out(2);
+  const float lse = inferkit::merge_attention_states(a, 1.0f, b, 3.0f, out);
+  const double wa = std::exp(1.0), wb = std::exp(3.0);
+  CHECK(lse == Approx(std::log(wa + wb)));
+  CHECK(out[0] == Approx((wa * 1 + wb * 3) / (wa + wb)));
+  CHECK(out[1] == Approx((wa * 2 - wb * 1) / (wa + wb)));
+  // Aliasing the output with an input is allowed.
+  inferkit::merge_attention_states(a, 1.0f, b, 3.0f, a);
+  CHECK(a[0] == Approx(out[0]));
+}
+
+TEST_CASE("empty states merge to zeros and -inf, never NaN", "[core][online_softmax]") {
+  std::vector<float> a{0, 0}, b{0, 0}, out{7, 7};
+  const float lse = inferkit::merge_attention_states(a, -INFINITY, b, -INFINITY, out);
+  CHECK(lse == -INFINITY);
+  CHECK(out[0] == 0.0f);
+  CHECK(out[1] == 0.0f);
+  // One empty side leaves the other unchanged.
+  std::vector<float> c{4, 5};
+  CHECK(inferkit::merge_attention_states(a, -INFINITY, c, 2.5f, out) == 2.5f);
+  CHECK(out[0] == 4.0f);
+  CHECK(out[1] == 5.0f);
+
+  SoftmaxStats e1, e2;
+  std::vector<float> acc1(3, 0.0f), acc2(3, 0.0f), res(3, 9.0f);
+  inferkit::online_softmax_merge(e1, acc1, e2, acc2);
+  CHECK(inferkit::online_softmax_finish(e1, acc1, res) == -INFINITY);
+  for (float x : res) CHECK(x == 0.0f);
+}
+
+TEST_CASE("online softmax rejects NaN and mismatched sizes", "[core][online_softmax]") {
+  SoftmaxStats st;
+  std::vector<float> acc(2, 0.0f), v(2, 1.0f), v3(3, 1.0f), out(2);
+  CHECK_THROWS_WITH(inferkit::online_softmax_add(st, acc, NAN, v), Catch::Contains("score = nan"));
+  CHECK_THROWS_WITH(inferkit::online_softmax_add(st, acc, 0.0f, v3), Catch::Contains("value.size() = 3"));
+  CHECK_THROWS_WITH(inferkit::merge_attention_states(acc, NAN, v, 0.0f, out), Catch::Contains("lse_a = nan"));
+  CHECK_THROWS_AS(inferkit::merge_attention_states(acc, 0.0f, v3, 0.0f, out), std::invalid_argument);
+}

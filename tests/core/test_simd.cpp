@@ -1,0 +1,89 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "inferkit/core/simd.hpp"
+
+namespace simd = inferkit::simd;
+
+namespace {
+std::vector<float> random_floats(std::size_t n, unsigned seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("SIMD reductions match double-precision loops for every tail length", "[core][simd]") {
+  INFO("isa = " << simd::isa_name() << ", width = " << simd::kWidth);
+  for (std::size_t n = 0; n <= 3 * simd::kWidth + 1; ++n) {
+    auto a = random_floats(n, 1 + n, -3.0f, 3.0f);
+    auto b = random_floats(n, 100 + n, -3.0f, 3.0f);
+    double s = 0, d = 0, m = -std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < n; ++i) {
+      s += a[i];
+      d += double(a[i]) * b[i];
+      m = std::max<double>(m, a[i]);
+    }
+    CHECK(simd::sum_of(a.data(), n) == Approx(s).margin(1e-5));
+    CHECK(simd::dot(a.data(), b.data(), n) == Approx(d).margin(1e-5));
+    CHECK(double(simd::max_of(a.data(), n)) == m);
+  }
+}
+
+TEST_CASE("SIMD exp is accurate to a few ulp and maps -inf to 0", "[core][simd]") {
+  auto x = random_floats(1000, 7, -87.0f, 80.0f);
+  x.push_back(0.0f);
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(-120.0f);  // underflows to 0 or a subnormal
+  std::vector<float> out(x.size());
+  const float sum = simd::exp_shifted(x.data(), out.data(), x.size(), 0.0f);
+  double ref_sum = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double ref = std::exp(double(x[i]));
+    ref_sum += ref;
+    CHECK(std::abs(out[i] - ref) <= 4 * std::numeric_limits<float>::epsilon() * ref + 1e-37);
+  }
+  CHECK(out[x.size() - 2] == 0.0f);
+  CHECK(double(sum) == Approx(ref_sum).epsilon(1e-5));
+}
+
+TEST_CASE("exp_shifted never reads or writes past n", "[core][simd]") {
+  for (std::size_t n = 0; n < 2 * simd::kWidth + 2; ++n) {
+    std::vector<float> buf(n + 4, 1.0f);
+    buf[n] = buf[n + 1] = 42.0f;  // sentinels just past the range
+    simd::exp_shifted(buf.data(), buf.data(), n, 1.0f);
+    CHECK(buf[n] == 42.0f);
+    CHECK(buf[n + 1] == 42.0f);
+    for (std::size_t i = 0; i < n; ++i) CHECK(buf[i] == Approx(1.0f).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("axpy and scale handle tails", "[core][simd]") {
+  for (std::size_t n = 0; n < 2 * simd::kWidth + 3; ++n) {
+    auto x = random_floats(n, 3 + n, -1.0f, 1.0f);
+    auto y = random_floats(n + 1, 5 + n, -1.0f, 1.0f);
+    const float sentinel = y[n];
+    auto expect = y;
+    for (std::size_t i = 0; i < n; ++i) expect[i] = (expect[i] + 0.5f * x[i]) * 2.0f;
+    simd::axpy(y.data(), 0.5f, x.data(), n);
+    simd::scale(y.data(), n, 2.0f);
+    for (std::size_t i = 0; i < n; ++i) CHECK(y[i] == Approx(expect[i]).margin(1e-6));
+    CHECK(y[n] == sentinel);
+  }
+}
+
+TEST_CASE("hmax and hsum cover every lane", "[core][simd]") {
+  std::vector<float> lanes(simd::kWidth);
+  for (std::size_t hot = 0; hot < simd::kWidth; ++hot) {
+    for (std::size_t i = 0; i < simd::kWidth; ++i) lanes[i] = i == hot ? 5.0f : -1.0f;
+    const auto v = simd::load(lanes.data());
+    CHECK(simd::hmax(v) == 5.0f);
+    CHECK(simd::hsum(v) == Approx(5.0f - float(simd::kWidth - 1)));
+  }
+}
