@@ -87,3 +87,16 @@ TEST_CASE("hmax and hsum cover every lane", "[core][simd]") {
     CHECK(simd::hsum(v) == Approx(5.0f - float(simd::kWidth - 1)));
   }
 }
+
+TEST_CASE("haddp puts the sum of row i in lane i", "[core][simd]") {
+  std::vector<simd::VecF> rows(simd::kWidth);
+  std::vector<double> expect(simd::kWidth);
+  for (std::size_t i = 0; i < simd::kWidth; ++i) {
+    auto v = random_floats(simd::kWidth, 40 + i, -2.0f, 2.0f);
+    for (float x : v) expect[i] += x;
+    rows[i] = simd::load(v.data());
+  }
+  std::vector<float> out(simd::kWidth);
+  simd::store(out.data(), simd::haddp(rows.data()));
+  for (std::size_t i = 0; i < simd::kWidth; ++i) CHECK(out[i] == Approx(expect[i]).margin(1e-5));
+}

@@ -17,6 +17,9 @@
 #if !defined(XSIMD_NO_SUPPORTED_ARCHITECTURE)
 #define INFERKIT_SIMD_XSIMD 1
 #endif
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #endif
 
 namespace inferkit::simd {
@@ -39,6 +42,31 @@ inline VecF exp(VecF v) { return xsimd::exp(v); }
 inline VecF tanh(VecF v) { return xsimd::tanh(v); }
 inline VecF select(MaskF m, VecF a, VecF b) { return xsimd::select(m, a, b); }
 inline float hsum(VecF v) { return xsimd::hadd(v); }
+/// Lane i of the result is the horizontal sum of rows[i], for kWidth rows.
+inline VecF haddp(const VecF* rows) {
+#if defined(__AVX512F__)
+  if constexpr (kWidth == 16) {
+    // xsimd 8.1's AVX-512 haddp returns the sums in a permuted lane order (lanes 2,3 <-> 4,5
+    // and 10,11 <-> 12,13), so this width has its own transposing reduction.
+    const auto halves = [](__m512 a, __m512 b) {  // 8-lane partials: a in 128-lanes 0-1, b in 2-3
+      return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    };
+    const auto quarters = [](__m512 a, __m512 b) {  // 4-lane partials: a.first, a.second, b.first, b.second
+      return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    };
+    __m512 u[4];
+    for (int e = 0; e < 4; ++e)  // u[e] holds rows e, e+4, e+8, e+12 in its four 128-bit lanes
+      u[e] = quarters(halves(rows[e], rows[e + 4]), halves(rows[e + 8], rows[e + 12]));
+    const __m512 v01 = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+    const __m512 v23 = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(v01, v23, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(v01, v23, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+#endif
+  return xsimd::haddp(rows);
+}
 inline float hmax(VecF v) {
   alignas(64) float lanes[kWidth];
   v.store_aligned(lanes);
@@ -72,6 +100,8 @@ struct VecF {
   friend bool operator<=(VecF a, VecF b) { return a.v <= b.v; }
   friend bool operator>(VecF a, VecF b) { return a.v > b.v; }
   friend bool operator>=(VecF a, VecF b) { return a.v >= b.v; }
+  friend bool operator==(VecF a, VecF b) { return a.v == b.v; }
+  friend bool operator!=(VecF a, VecF b) { return a.v != b.v; }
 };
 using MaskF = bool;
 
@@ -85,6 +115,7 @@ inline VecF exp(VecF v) { return {std::exp(v.v)}; }
 inline VecF tanh(VecF v) { return {std::tanh(v.v)}; }
 inline VecF select(MaskF m, VecF a, VecF b) { return m ? a : b; }
 inline float hsum(VecF v) { return v.v; }
+inline VecF haddp(const VecF* rows) { return rows[0]; }
 inline float hmax(VecF v) { return v.v; }
 inline VecF iota() { return {0.0f}; }
 

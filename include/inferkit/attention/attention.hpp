@@ -1,0 +1,265 @@
+#pragma once
+// Public attention entry points.
+//
+//   attention(q, kv, out, lse, options)        one sequence: q [Tq, Hq, d] against a KV source
+//   attention_varlen(q, cu_q, k, v, cu_k, ...) a padding-free batch: sequences packed back to back
+//
+// Exact softmax by tiles (FlashAttention-2); fp32 accumulation; memory independent of Tq * Tk.
+// Up to kDecodeMaxQueries query tokens take the decode path, which splits the KV range into
+// pieces (flash-decoding) merged exactly; longer queries take the prefill path, parallel over
+// (KV head, query tile). Work is split by the problem's shape only, so the result does not
+// depend on the thread count. Masks, positions, ALiBi and soft-capping: attention/options.hpp.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "inferkit/attention/alibi.hpp"
+#include "inferkit/attention/dense_kv.hpp"
+#include "inferkit/attention/detail/decode_kernel.hpp"
+#include "inferkit/attention/detail/prefill_kernel.hpp"
+#include "inferkit/attention/detail/problem.hpp"
+#include "inferkit/attention/gqa.hpp"
+#include "inferkit/attention/kv_block.hpp"
+#include "inferkit/attention/options.hpp"
+#include "inferkit/core/aligned_buffer.hpp"
+#include "inferkit/core/online_softmax.hpp"
+#include "inferkit/core/threading.hpp"
+
+namespace inferkit {
+
+namespace detail {
+
+/// Tokens per decode split: the explicit option, else enough splits for about 32 units in all
+/// (so up to 16 threads stay busy) but never below 512 tokens per split.
+inline Index decode_split_tokens(Index num_tokens, Index num_kv_heads, Index requested) {
+  if (requested > 0) return requested;
+  const Index splits = std::max<Index>(1, ceil_div<Index>(32, num_kv_heads));
+  return std::max<Index>(512, ceil_div<Index>(std::max<Index>(num_tokens, 1), splits));
+}
+
+template <KvSource S>
+struct SequenceTask {
+  SequenceProblem problem;
+  S kv;
+};
+
+struct WorkUnit {
+  Index task = 0;
+  Index kv_head = 0;
+  Index begin = 0, end = 0;  // query tokens (prefill) or KV tokens (decode)
+  Index split = -1;          // decode split index, -1 for prefill
+};
+
+struct DecodeLayout {
+  Index task = 0, splits = 0, rows = 0, padded_rows = 0, padded_dim = 0;
+  std::size_t offset = 0;  // into the partial buffers, in rows of padded_dim floats
+};
+
+/// Runs every task: prefill units write their output directly; decode units write partial states
+/// that a second parallel pass merges in split order.
+template <KvSource S>
+void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, int num_threads,
+                   Index kv_split_tokens) {
+  std::vector<WorkUnit> units;
+  std::vector<DecodeLayout> decodes;
+  std::size_t partial_rows = 0;
+  for (Index i = 0; i < static_cast<Index>(tasks.size()); ++i) {
+    const SequenceProblem& p = tasks[i].problem;
+    const Index tq = p.num_queries();
+    if (tq == 0) continue;
+    if (tq <= kDecodeMaxQueries) {
+      const Index tk = tasks[i].kv.num_tokens();
+      const Index per = decode_split_tokens(tk, num_kv_heads, kv_split_tokens);
+      DecodeLayout lay{i, std::max<Index>(1, ceil_div(tk, per)), tq * p.group, decode_padded_rows(tq * p.group),
+                       decode_padded_dim(p.head_dim()), partial_rows};
+      for (Index g = 0; g < num_kv_heads; ++g)
+        for (Index s = 0; s < lay.splits; ++s)
+          units.push_back({i, g, s * per, std::min(tk, (s + 1) * per), s});
+      partial_rows += static_cast<std::size_t>(num_kv_heads * lay.splits * lay.padded_rows);
+      decodes.push_back(lay);
+    } else {
+      const Index step = prefill_query_tokens(p.group);
+      for (Index g = 0; g < num_kv_heads; ++g)
+        for (Index t0 = 0; t0 < tq; t0 += step) units.push_back({i, g, t0, std::min(tq, t0 + step), -1});
+    }
+  }
+  // Decode partials: o [rows x padded_dim], m and l [rows] per (task, head, split).
+  std::size_t partial_floats = 0;
+  for (const auto& lay : decodes)
+    partial_floats += static_cast<std::size_t>(num_kv_heads * lay.splits * lay.padded_rows * lay.padded_dim);
+  AlignedBuffer<float> part_o(partial_floats), part_m(partial_rows), part_l(partial_rows);
+  std::vector<std::size_t> o_offset(decodes.size());
+  {
+    std::size_t acc = 0;
+    for (std::size_t k = 0; k < decodes.size(); ++k) {
+      o_offset[k] = acc;
+      acc += static_cast<std::size_t>(num_kv_heads * decodes[k].splits * decodes[k].padded_rows * decodes[k].padded_dim);
+    }
+  }
+  std::vector<Index> decode_index(tasks.size(), -1);
+  for (std::size_t k = 0; k < decodes.size(); ++k) decode_index[decodes[k].task] = static_cast<Index>(k);
+
+  const int threads = resolve_threads(num_threads);
+  const auto n_units = static_cast<std::int64_t>(units.size());
+#pragma omp parallel num_threads(threads) if (n_units > 1)
+  {
+    PrefillScratch pre;
+    DecodeScratch dec;
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t u = 0; u < n_units; ++u) {
+      const WorkUnit& w = units[static_cast<std::size_t>(u)];
+      const SequenceTask<S>& task = tasks[w.task];
+      if (w.split < 0) {
+        prefill_unit(task.problem, task.kv, w.kv_head, w.begin, w.end, pre);
+      } else {
+        const auto k = static_cast<std::size_t>(decode_index[w.task]);
+        const DecodeLayout& lay = decodes[k];
+        const std::size_t slot = static_cast<std::size_t>(w.kv_head * lay.splits + w.split);
+        decode_partial(task.problem, task.kv, w.kv_head, w.begin, w.end, dec,
+                       part_o.data() + o_offset[k] + slot * lay.padded_rows * lay.padded_dim,
+                       part_m.data() + lay.offset + slot * lay.padded_rows,
+                       part_l.data() + lay.offset + slot * lay.padded_rows);
+      }
+    }
+
+    // Merge decode partials in split order (exact; independent of the thread count).
+    const auto n_merge = static_cast<std::int64_t>(decodes.size()) * num_kv_heads;
+#pragma omp for schedule(static)
+    for (std::int64_t u = 0; u < n_merge; ++u) {
+      const auto k = static_cast<std::size_t>(u / num_kv_heads);
+      const Index g = static_cast<Index>(u % num_kv_heads);
+      const DecodeLayout& lay = decodes[k];
+      const SequenceProblem& p = tasks[lay.task].problem;
+      const Index d = p.head_dim(), Dp = lay.padded_dim, Rp = lay.padded_rows;
+      for (Index r = 0; r < lay.rows; ++r) {
+        SoftmaxStats total;
+        float* first_o = nullptr;
+        for (Index s = 0; s < lay.splits; ++s) {
+          const std::size_t slot = static_cast<std::size_t>(g * lay.splits + s);
+          float* o = part_o.data() + o_offset[k] + (slot * Rp + r) * Dp;
+          const SoftmaxStats st{part_m[lay.offset + slot * Rp + r], part_l[lay.offset + slot * Rp + r]};
+          if (!first_o) {
+            first_o = o;
+            total = st;
+          } else {
+            online_softmax_merge(total, std::span<float>(first_o, d), st, std::span<const float>(o, d));
+          }
+        }
+        const Index t = r / p.group, h = g * p.group + r % p.group;
+        const float lse = online_softmax_finish(total, std::span<const float>(first_o, d), std::span<float>(p.out.ptr(t, h), d));
+        if (p.lse.rows() > 0) p.lse(t, h) = lse;
+      }
+    }
+  }
+}
+
+inline void validate_query_output(const Tensor3View<const float>& q, const Tensor3View<float>& out,
+                                  const MatrixView<float>& lse, Index head_dim) {
+  require(q.dim2() == head_dim, "q.dim2()", q.dim2(), "must equal the KV head_dim (" + std::to_string(head_dim) + ")");
+  require(out.dim0() == q.dim0(), "out.dim0()", out.dim0(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
+  require(out.dim1() == q.dim1(), "out.dim1()", out.dim1(), "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
+  require(out.dim2() == q.dim2(), "out.dim2()", out.dim2(), "must equal q.dim2() (" + std::to_string(q.dim2()) + ")");
+  if (lse.rows() > 0 || lse.cols() > 0) {
+    require(lse.rows() == q.dim0(), "lse.rows()", lse.rows(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
+    require(lse.cols() == q.dim1(), "lse.cols()", lse.cols(), "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
+  }
+}
+
+inline float resolve_scale(const AttentionOptions& opt, Index head_dim) {
+  return opt.scale ? *opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
+}  // namespace detail
+
+/// Attention of one sequence's queries q [Tq, Hq, d] over every token of kv. Writes out
+/// [Tq, Hq, d] and, when lse has rows, each row's natural-log log-sum-exp to lse [Tq, Hq]
+/// (-inf for a fully masked row, whose output is zeros).
+template <KvSource S>
+void attention(Tensor3View<const float> q, const S& kv, Tensor3View<float> out, MatrixView<float> lse = {},
+               const AttentionOptions& opt = {}) {
+  const HeadGroups groups(q.dim1(), kv.num_kv_heads());
+  detail::validate_options(opt, q.dim1());
+  detail::validate_query_output(q, out, lse, kv.head_dim());
+  if (!opt.query_positions.empty())
+    require(static_cast<Index>(opt.query_positions.size()) == q.dim0(), "query_positions.size()",
+            opt.query_positions.size(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
+  std::vector<float> slopes;
+  if (!opt.alibi_slopes.empty()) slopes.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
+  else if (opt.alibi) slopes = alibi_slopes(q.dim1());
+
+  detail::SequenceProblem p;
+  p.q = q;
+  p.out = out;
+  p.lse = lse;
+  p.q_pos = opt.query_positions.empty()
+                ? TokenPositions{nullptr, last_position(kv) - static_cast<std::int32_t>(q.dim0() - 1)}
+                : TokenPositions{opt.query_positions.data(), 0};
+  p.group = groups.group_size();
+  p.scale = detail::resolve_scale(opt, kv.head_dim());
+  p.mask = {opt.causal, opt.window};
+  p.softcap = opt.softcap;
+  p.slopes = slopes.empty() ? nullptr : slopes.data();
+  const detail::SequenceTask<S> task{p, kv};
+  detail::run_attention<S>(std::span<const detail::SequenceTask<S>>(&task, 1), kv.num_kv_heads(), opt.num_threads,
+                           opt.kv_split_tokens);
+}
+
+/// Padding-free variable-length batch. Sequence b's queries are rows [cu_q[b], cu_q[b+1]) of
+/// q [total_q, Hq, d] and its keys/values rows [cu_k[b], cu_k[b+1]) of k, v [total_k, Hkv, d]
+/// (element type float, Float16 or BFloat16), at positions 0 .. len_k - 1; queries are
+/// bottom-right aligned within each sequence unless options.query_positions (size total_q)
+/// gives them. cu_q and cu_k are non-decreasing offsets starting at 0. A batch of mixed lengths
+/// costs what its real tokens cost.
+template <class T>
+void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, Tensor3View<const T> k,
+                      Tensor3View<const T> v, std::span<const std::int32_t> cu_k, Tensor3View<float> out,
+                      MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+  require(cu_q.size() >= 1, "cu_q.size()", cu_q.size(), "must be >= 1 (batch + 1 offsets)");
+  require(cu_k.size() == cu_q.size(), "cu_k.size()", cu_k.size(),
+          "must equal cu_q.size() (" + std::to_string(cu_q.size()) + ")");
+  const Index batch = static_cast<Index>(cu_q.size()) - 1;
+  const HeadGroups groups(q.dim1(), k.dim1());
+  detail::validate_options(opt, q.dim1());
+  detail::validate_query_output(q, out, lse, k.dim2());
+  require(cu_q[0] == 0, "cu_q[0]", cu_q[0], "must be 0");
+  require(cu_k[0] == 0, "cu_k[0]", cu_k[0], "must be 0");
+  for (Index b = 0; b < batch; ++b) {
+    require(cu_q[b + 1] >= cu_q[b], "cu_q[" + std::to_string(b + 1) + "]", cu_q[b + 1],
+            "must be >= cu_q[" + std::to_string(b) + "] (" + std::to_string(cu_q[b]) + ")");
+    require(cu_k[b + 1] >= cu_k[b], "cu_k[" + std::to_string(b + 1) + "]", cu_k[b + 1],
+            "must be >= cu_k[" + std::to_string(b) + "] (" + std::to_string(cu_k[b]) + ")");
+  }
+  require(cu_q[batch] == q.dim0(), "cu_q.back()", cu_q[batch], "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
+  require(cu_k[batch] == k.dim0(), "cu_k.back()", cu_k[batch], "must equal k.dim0() (" + std::to_string(k.dim0()) + ")");
+  if (!opt.query_positions.empty())
+    require(static_cast<Index>(opt.query_positions.size()) == q.dim0(), "query_positions.size()",
+            opt.query_positions.size(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
+  std::vector<float> slopes;
+  if (!opt.alibi_slopes.empty()) slopes.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
+  else if (opt.alibi) slopes = alibi_slopes(q.dim1());
+
+  std::vector<detail::SequenceTask<DenseKv<T>>> tasks;
+  tasks.reserve(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b) {
+    const Index q0 = cu_q[b], nq = cu_q[b + 1] - cu_q[b], k0 = cu_k[b], nk = cu_k[b + 1] - cu_k[b];
+    DenseKv<T> kv(k.slice0(k0, nk), v.slice0(k0, nk));
+    detail::SequenceProblem p;
+    p.q = q.slice0(q0, nq);
+    p.out = out.slice0(q0, nq);
+    p.lse = lse.rows() > 0 ? lse.rows_slice(q0, nq) : MatrixView<float>{};
+    p.q_pos = opt.query_positions.empty() ? TokenPositions{nullptr, static_cast<std::int32_t>(nk - nq)}
+                                          : TokenPositions{opt.query_positions.data() + q0, 0};
+    p.group = groups.group_size();
+    p.scale = detail::resolve_scale(opt, k.dim2());
+    p.mask = {opt.causal, opt.window};
+    p.softcap = opt.softcap;
+    p.slopes = slopes.empty() ? nullptr : slopes.data();
+    tasks.push_back({p, kv});
+  }
+  detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt.num_threads, opt.kv_split_tokens);
+}
+
+}  // namespace inferkit

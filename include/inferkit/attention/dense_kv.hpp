@@ -1,0 +1,61 @@
+#pragma once
+// A dense, contiguous KV source: keys and values as [tokens, kv_heads, head_dim] tensors of
+// float, Float16 or BFloat16 with any token and head strides (so both the packed
+// [tokens, heads, dim] layout and a per-head [heads, tokens, dim] cache fit), one block per head.
+
+#include <cstdint>
+#include <span>
+
+#include "inferkit/attention/kv_block.hpp"
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/view.hpp"
+
+namespace inferkit {
+
+template <class T>
+class DenseKv {
+ public:
+  using Block = KvBlock<DenseRows<T>, DenseRows<T>>;
+
+  /// Positions 0 .. tokens-1 shifted by first_position.
+  DenseKv(Tensor3View<const T> keys, Tensor3View<const T> values, std::int32_t first_position = 0)
+      : keys_(keys), values_(values), positions_{nullptr, first_position} {
+    validate();
+  }
+
+  /// Explicit per-token positions (one per token).
+  DenseKv(Tensor3View<const T> keys, Tensor3View<const T> values, std::span<const std::int32_t> positions)
+      : keys_(keys), values_(values), positions_{positions.data(), 0} {
+    validate();
+    require(static_cast<Index>(positions.size()) == keys.dim0(), "positions.size()", positions.size(),
+            "must equal the number of tokens (" + std::to_string(keys.dim0()) + ")");
+  }
+
+  Index num_kv_heads() const { return keys_.dim1(); }
+  Index head_dim() const { return keys_.dim2(); }
+  Index num_tokens() const { return keys_.dim0(); }
+  Index num_blocks() const { return keys_.dim0() > 0 ? 1 : 0; }
+
+  Block block(Index head, Index /*b*/) const {
+    return {keys_.dim0(), DenseRows<T>{keys_.ptr(0, head), keys_.stride0()},
+            DenseRows<T>{values_.ptr(0, head), values_.stride0()}, positions_};
+  }
+
+ private:
+  void validate() const {
+    require(values_.dim0() == keys_.dim0(), "values.dim0()", values_.dim0(),
+            "must equal keys.dim0() (" + std::to_string(keys_.dim0()) + " tokens)");
+    require(values_.dim1() == keys_.dim1(), "values.dim1()", values_.dim1(),
+            "must equal keys.dim1() (" + std::to_string(keys_.dim1()) + " KV heads)");
+    require(values_.dim2() == keys_.dim2(), "values.dim2()", values_.dim2(),
+            "must equal keys.dim2() (head_dim " + std::to_string(keys_.dim2()) + ")");
+    require(keys_.dim1() > 0, "keys.dim1()", keys_.dim1(), "must be > 0 (KV heads)");
+    require(keys_.dim2() > 0, "keys.dim2()", keys_.dim2(), "must be > 0 (head_dim)");
+  }
+
+  Tensor3View<const T> keys_;
+  Tensor3View<const T> values_;
+  TokenPositions positions_;
+};
+
+}  // namespace inferkit

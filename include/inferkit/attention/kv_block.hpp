@@ -1,0 +1,98 @@
+#pragma once
+// The KV block view (docs/design.md, "The KV block view"): every cache presents one sequence's
+// cached tokens for one KV head as an ordered list of blocks. A block says how many tokens it
+// holds, where their keys and values are and how they are encoded (a row store), and each
+// token's position. Attention kernels are templated on the source, loop over its blocks and ask
+// the row stores for float rows of a token range, so a new cache policy never touches attention
+// code and a new encoding touches only its row store.
+//
+// A row store is any type with
+//   RowsF32 load_f32(Index first, Index count, Index dim, float* scratch, Index scratch_stride,
+//                    bool allow_in_place) const;
+// returning float rows [first, first + count): in place when the store holds float rows and
+// allow_in_place is true, otherwise decoded into `scratch` (count rows of scratch_stride floats).
+// `bytes_per_token(dim)` reports the storage cost of one token's row.
+
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+
+#include "inferkit/core/convert.hpp"
+#include "inferkit/core/half.hpp"
+#include "inferkit/core/view.hpp"
+
+namespace inferkit {
+
+/// Positions of a block's tokens: an explicit array, or consecutive values from `first`.
+struct TokenPositions {
+  const std::int32_t* explicit_positions = nullptr;
+  std::int32_t first = 0;
+
+  std::int32_t operator[](Index i) const {
+    return explicit_positions ? explicit_positions[i] : first + static_cast<std::int32_t>(i);
+  }
+  TokenPositions offset(Index i) const {
+    return explicit_positions ? TokenPositions{explicit_positions + i, 0}
+                              : TokenPositions{nullptr, first + static_cast<std::int32_t>(i)};
+  }
+};
+
+/// Float rows handed to a kernel: row i starts at data + i * stride.
+struct RowsF32 {
+  const float* data = nullptr;
+  Index stride = 0;
+};
+
+/// Rows of one head stored one token after another as T (float, Float16 or BFloat16).
+template <class T>
+struct DenseRows {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>,
+                "DenseRows stores float, Float16 or BFloat16");
+  const T* data = nullptr;
+  Index row_stride = 0;  // elements between consecutive tokens
+
+  RowsF32 load_f32(Index first, Index count, Index dim, float* scratch, Index scratch_stride,
+                   bool allow_in_place) const {
+    const T* src = data + first * row_stride;
+    if constexpr (std::is_same_v<T, float>) {
+      if (allow_in_place) return {src, row_stride};
+    }
+    for (Index i = 0; i < count; ++i)
+      convert(src + i * row_stride, scratch + i * scratch_stride, static_cast<std::size_t>(dim));
+    return {scratch, scratch_stride};
+  }
+
+  static constexpr double bytes_per_token(Index dim) { return static_cast<double>(dim) * sizeof(T); }
+};
+
+/// One block of a sequence's cache for one KV head.
+template <class KeyRows, class ValueRows>
+struct KvBlock {
+  Index num_tokens = 0;
+  KeyRows keys;
+  ValueRows values;
+  TokenPositions positions;
+};
+
+/// A source of KV blocks for one sequence: the same block structure for every KV head.
+template <class S>
+concept KvSource = requires(const S& s, Index head, Index b) {
+  { s.num_kv_heads() } -> std::convertible_to<Index>;
+  { s.head_dim() } -> std::convertible_to<Index>;
+  { s.num_tokens() } -> std::convertible_to<Index>;
+  { s.num_blocks() } -> std::convertible_to<Index>;
+  { s.block(head, b).num_tokens } -> std::convertible_to<Index>;
+  { s.block(head, b).positions } -> std::convertible_to<TokenPositions>;
+};
+
+/// Position of the last token of a source (-1 when empty): the bottom-right anchor of queries.
+template <KvSource S>
+std::int32_t last_position(const S& kv) {
+  for (Index b = kv.num_blocks() - 1; b >= 0; --b) {
+    const auto blk = kv.block(0, b);
+    if (blk.num_tokens > 0) return blk.positions[blk.num_tokens - 1];
+  }
+  return -1;
+}
+
+}  // namespace inferkit
