@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "inferkit/core/half.hpp"
+#include "inferkit/core/simd.hpp"
 
 #if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
@@ -102,6 +104,42 @@ inline void convert(const float* src, BFloat16* dst, std::size_t n) {
   }
 #endif
   for (; i < n; ++i) dst[i] = to_bfloat16(src[i]);
+}
+
+/// Whether a simd::VecF loads straight from T storage with the widening done in registers
+/// (load_vec below). Where it does not, kernels decode T rows into a float scratch first.
+template <class T>
+inline constexpr bool kLoadsInRegisters =
+    std::is_same_v<T, float>
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
+    || (simd::kWidth == 16 && (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>))
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__) && defined(__F16C__)
+    || (simd::kWidth == 8 && (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>))
+#endif
+    ;
+
+/// kWidth elements of T at p, widened to float. Only where kLoadsInRegisters<T>.
+template <class T>
+inline simd::VecF load_vec(const T* p) {
+  static_assert(kLoadsInRegisters<T>, "no in-register widening for this type and instruction set");
+  if constexpr (std::is_same_v<T, float>) {
+    return simd::load(p);
+  }
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
+  else if constexpr (std::is_same_v<T, Float16>) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__) && defined(__F16C__)
+  else if constexpr (std::is_same_v<T, Float16>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
+#endif
 }
 
 }  // namespace inferkit

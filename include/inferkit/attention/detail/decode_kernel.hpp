@@ -1,18 +1,24 @@
 #pragma once
 // Decode attention (few query rows, long KV) for one (KV head, token range) unit, producing an
 // unnormalized partial state (o, max, sum) per query row; split-KV units are merged exactly
-// afterwards (flash-decoding). Rows are few, so the kernel vectorizes along head_dim: dot
-// products for a block of kKB keys x kRB rows accumulate in kKB * kRB = kWidth registers and
-// reduce in one transposing horizontal add. Every K/V byte is streamed once for the whole group
-// of query heads.
+// afterwards (flash-decoding). Rows are few, so dot products vectorize along head_dim: a block
+// of kKB keys x kRB rows accumulates in kKB * kRB = kWidth registers and one transposing
+// horizontal add yields kWidth scores. Scores are kept as S^T [key][row] with the padded row
+// count Rp either dividing the vector width or a multiple of it, so the online softmax runs
+// lane-wise over whole vectors. P V takes 4 rows x 4 vectors of head_dim per pass, so each V
+// row is loaded once per 4 query rows. Every K/V byte is streamed once for the whole group of
+// query heads; 16-bit rows are widened in registers (no scratch copy) where the ISA allows.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "inferkit/attention/detail/problem.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
+#include "inferkit/core/convert.hpp"
 #include "inferkit/core/online_softmax.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/core/threading.hpp"
@@ -29,18 +35,27 @@ struct DecodeShape {
   static_assert(kKB * kRB == kW);
 };
 
-/// Rows (query tokens x group heads) of a decode partial, padded for the reduction blocks.
-inline Index decode_padded_rows(Index rows) { return ceil_div(rows, DecodeShape::kRB) * DecodeShape::kRB; }
+/// Padded row count: a power of two >= kRB when it fits in a vector (so it divides kWidth),
+/// else a multiple of kWidth.
+inline Index decode_padded_rows(Index rows) {
+  constexpr Index W = DecodeShape::kW;
+  if (rows <= W) {
+    Index rp = DecodeShape::kRB;
+    while (rp < rows) rp *= 2;
+    return rp;
+  }
+  return ceil_div(rows, W) * W;
+}
 inline Index decode_padded_dim(Index d) { return ceil_div(d, DecodeShape::kW) * DecodeShape::kW; }
 
 struct DecodeScratch {
-  AlignedBuffer<float> q, s, kbuf, vbuf, alpha;
+  AlignedBuffer<float> q, s, kbuf, vbuf, alpha, lanes;
 };
 
-// o[r][:] = o[r][:] * alpha[r] + sum_c p[r][c] * v[c][:] for ROWS rows and NV vectors of head_dim.
-template <int ROWS, int NV>
-inline void decode_pv_block(float* o, Index o_stride, const float* p, Index p_stride, const float* alpha,
-                            const float* v, Index v_stride, Index nc) {
+// o[r][:] = o[r][:] * alpha[r] + sum_c pt[c][r] * v[c][:] for ROWS rows and NV vectors.
+template <class T, int ROWS, int NV>
+inline void decode_pv_block(float* o, Index o_stride, const float* pt, Index pt_stride, const float* alpha,
+                            const T* v, Index v_stride, Index nc) {
   using simd::VecF;
   constexpr Index W = DecodeShape::kW;
   VecF acc[ROWS][NV];
@@ -50,9 +65,9 @@ inline void decode_pv_block(float* o, Index o_stride, const float* p, Index p_st
   }
   for (Index c = 0; c < nc; ++c) {
     VecF vv[NV];
-    for (int j = 0; j < NV; ++j) vv[j] = simd::load(v + c * v_stride + j * W);
+    for (int j = 0; j < NV; ++j) vv[j] = load_vec(v + c * v_stride + j * W);
     for (int r = 0; r < ROWS; ++r) {
-      const VecF pr = simd::broadcast(p[r * p_stride + c]);
+      const VecF pr = simd::broadcast(pt[c * pt_stride + r]);
       for (int j = 0; j < NV; ++j) acc[r][j] = simd::fma(pr, vv[j], acc[r][j]);
     }
   }
@@ -60,12 +75,132 @@ inline void decode_pv_block(float* o, Index o_stride, const float* p, Index p_st
     for (int j = 0; j < NV; ++j) simd::store(o + r * o_stride + j * W, acc[r][j]);
 }
 
-template <int ROWS, int NV = 8>
-inline void decode_pv_chunk(Index nv, float* o, Index o_stride, const float* p, Index p_stride, const float* alpha,
-                            const float* v, Index v_stride, Index nc) {
-  if constexpr (NV > 0) {
-    if (nv == NV) return decode_pv_block<ROWS, NV>(o, o_stride, p, p_stride, alpha, v, v_stride, nc);
-    decode_pv_chunk<ROWS, NV - 1>(nv, o, o_stride, p, p_stride, alpha, v, v_stride, nc);
+template <class T, int ROWS>
+inline void decode_pv_rows(Index nv, float* o, Index o_stride, const float* pt, Index pt_stride, const float* alpha,
+                           const T* v, Index v_stride, Index nc) {
+  switch (nv) {
+    case 4: return decode_pv_block<T, ROWS, 4>(o, o_stride, pt, pt_stride, alpha, v, v_stride, nc);
+    case 3: return decode_pv_block<T, ROWS, 3>(o, o_stride, pt, pt_stride, alpha, v, v_stride, nc);
+    case 2: return decode_pv_block<T, ROWS, 2>(o, o_stride, pt, pt_stride, alpha, v, v_stride, nc);
+    default: return decode_pv_block<T, ROWS, 1>(o, o_stride, pt, pt_stride, alpha, v, v_stride, nc);
+  }
+}
+
+// o[r][:] = o[r][:] * alpha[r] + P V for rows [0, R): 4 rows x 4 vectors of head_dim per pass.
+template <class T>
+inline void decode_pv(float* o, Index Dp, const float* st, Index Rp, const float* alpha, Index R, const T* v,
+                      Index v_stride, Index nc) {
+  constexpr Index W = DecodeShape::kW;
+  for (Index r = 0; r < R; r += 4) {
+    const Index rows = std::min<Index>(4, R - r);
+    for (Index j0 = 0; j0 < Dp; j0 += 4 * W) {
+      const Index nv = std::min<Index>(4, (Dp - j0) / W);
+      float* orow = o + r * Dp + j0;
+      switch (rows) {
+        case 4: decode_pv_rows<T, 4>(nv, orow, Dp, st + r, Rp, alpha + r, v + j0, v_stride, nc); break;
+        case 3: decode_pv_rows<T, 3>(nv, orow, Dp, st + r, Rp, alpha + r, v + j0, v_stride, nc); break;
+        case 2: decode_pv_rows<T, 2>(nv, orow, Dp, st + r, Rp, alpha + r, v + j0, v_stride, nc); break;
+        default: decode_pv_rows<T, 1>(nv, orow, Dp, st + r, Rp, alpha + r, v + j0, v_stride, nc); break;
+      }
+    }
+  }
+}
+
+// S^T[c][r] = q_r . k_c for c < nc, r < Rp: kKB keys x kRB rows per horizontal reduction.
+template <class T>
+inline void decode_scores(const T* k, Index k_stride, Index nc, const float* q, Index Rp, Index Dp, float* st,
+                          float* lanes) {
+  using simd::VecF;
+  constexpr Index W = DecodeShape::kW, RB = DecodeShape::kRB, KB = DecodeShape::kKB;
+  for (Index kb = 0; kb < nc; kb += KB) {
+    const T* krow[KB];
+    for (Index i = 0; i < KB; ++i) krow[i] = k + std::min(kb + i, nc - 1) * k_stride;
+    for (Index rb = 0; rb < Rp; rb += RB) {
+      VecF acc[KB * RB];
+      for (Index i = 0; i < KB * RB; ++i) acc[i] = simd::broadcast(0.0f);
+      for (Index dv = 0; dv < Dp; dv += W) {
+        VecF kvv[KB];
+        for (Index i = 0; i < KB; ++i) kvv[i] = load_vec(krow[i] + dv);
+        for (Index j = 0; j < RB; ++j) {
+          const VecF qv = simd::load(q + (rb + j) * Dp + dv);
+          for (Index i = 0; i < KB; ++i) acc[i * RB + j] = simd::fma(qv, kvv[i], acc[i * RB + j]);
+        }
+      }
+      const VecF sums = simd::haddp(acc);  // lane i * RB + j: key kb + i, row rb + j
+      if (Rp == RB && kb + KB <= nc) {
+        simd::store(st + kb * RB, sums);
+      } else {
+        simd::store(lanes, sums);
+        for (Index i = 0; i < KB && kb + i < nc; ++i)
+          for (Index j = 0; j < RB; ++j) st[(kb + i) * Rp + rb + j] = lanes[i * RB + j];
+      }
+    }
+  }
+}
+
+/// The element type a row store exposes for in-register widening, or void.
+template <class Rows>
+using direct_element_t = std::remove_cvref_t<decltype(*std::declval<Rows>().direct_rows())>;
+template <class Rows>
+concept DirectRows = requires(const Rows& r) {
+  { r.direct_rows() };
+  { r.row_stride } -> std::convertible_to<Index>;
+} && kLoadsInRegisters<direct_element_t<Rows>>;
+
+// The online-softmax update over S^T [nc][Rp]: rows of lanes are rows (Rp a multiple of the
+// width) or repeat with period Rp (Rp divides the width; the key count is padded with -inf).
+inline void decode_softmax_update(float* st, Index nc, Index Rp, float* m, float* l, float* alpha, float* lanes) {
+  using simd::VecF;
+  constexpr Index W = DecodeShape::kW;
+  const VecF neg_inf = simd::broadcast(kNegInf), zero = simd::broadcast(0.0f);
+  if (Rp >= W) {
+    for (Index r0 = 0; r0 < Rp; r0 += W) {
+      VecF mx = neg_inf;
+      for (Index c = 0; c < nc; ++c) mx = simd::max(mx, simd::load(st + c * Rp + r0));
+      const VecF m_old = simd::load(m + r0);
+      const VecF m_new = simd::max(m_old, mx);
+      const VecF m_use = simd::select(m_new == neg_inf, zero, m_new);
+      VecF sum = zero;
+      for (Index c = 0; c < nc; ++c) {
+        const VecF e = simd::exp(simd::load(st + c * Rp + r0) - m_use);
+        simd::store(st + c * Rp + r0, e);
+        sum = sum + e;
+      }
+      const VecF a = simd::exp(m_old - m_use);
+      simd::store(l + r0, simd::fma(simd::load(l + r0), a, sum));
+      simd::store(m + r0, m_new);
+      simd::store(alpha + r0, a);
+    }
+    return;
+  }
+  // Rp divides W: each vector holds W / Rp keys x Rp rows.
+  const Index per = W / Rp;
+  const Index nvec = ceil_div(nc, per);
+  for (Index i = nc * Rp; i < nvec * W; ++i) st[i] = kNegInf;  // pad the last vector's keys
+  VecF mx = neg_inf;
+  for (Index v = 0; v < nvec; ++v) mx = simd::max(mx, simd::load(st + v * W));
+  simd::store(lanes, mx);
+  for (Index r = 0; r < Rp; ++r) {
+    float mr = lanes[r];
+    for (Index k = 1; k < per; ++k) mr = std::max(mr, lanes[k * Rp + r]);
+    const float m_new = std::max(m[r], mr);
+    const float m_use = m_new == kNegInf ? 0.0f : m_new;
+    alpha[r] = std::exp(m[r] - m_use);
+    m[r] = m_new;
+    for (Index k = 0; k < per; ++k) lanes[k * Rp + r] = m_use;
+  }
+  const VecF shift = simd::load(lanes);
+  VecF sum = zero;
+  for (Index v = 0; v < nvec; ++v) {
+    const VecF e = simd::exp(simd::load(st + v * W) - shift);
+    simd::store(st + v * W, e);
+    sum = sum + e;
+  }
+  simd::store(lanes, sum);
+  for (Index r = 0; r < Rp; ++r) {
+    float sr = 0.0f;
+    for (Index k = 0; k < per; ++k) sr += lanes[k * Rp + r];
+    l[r] = l[r] * alpha[r] + sr;
   }
 }
 
@@ -75,15 +210,16 @@ template <KvSource S>
 void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin, Index end, DecodeScratch& ws,
                     float* o, float* m, float* l) {
   using simd::VecF;
-  constexpr Index W = DecodeShape::kW, RB = DecodeShape::kRB, KB = DecodeShape::kKB;
+  constexpr Index W = DecodeShape::kW;
   constexpr Index Bc = kDecodeKeyTile;
   const Index d = p.head_dim(), G = p.group, tq = p.num_queries(), R = tq * G;
   const Index Rp = decode_padded_rows(R), Dp = decode_padded_dim(d);
   const bool in_place = Dp == d;
 
   ws.q.resize(static_cast<std::size_t>(Rp * Dp));
-  ws.s.resize(static_cast<std::size_t>(Rp * Bc));
+  ws.s.resize(static_cast<std::size_t>(Rp * Bc + W));
   ws.alpha.resize(static_cast<std::size_t>(Rp));
+  ws.lanes.resize(static_cast<std::size_t>(W));
   ws.kbuf.resize(static_cast<std::size_t>(Bc * Dp));
   ws.vbuf.resize(static_cast<std::size_t>(Bc * Dp));
   if (!in_place) {  // decoded rows write d columns; the padding columns must read as zero
@@ -91,15 +227,13 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
     ws.vbuf.fill(0.0f);
   }
   float* q = ws.q.data();
-  float* s = ws.s.data();
+  float* st = ws.s.data();
   for (Index r = 0; r < Rp; ++r) {
     float* qr = q + r * Dp;
+    std::fill(qr, qr + Dp, 0.0f);
     if (r < R) {
       const float* src = p.q.ptr(r / G, g * G + r % G);
       for (Index k = 0; k < d; ++k) qr[k] = src[k] * p.scale;
-      for (Index k = d; k < Dp; ++k) qr[k] = 0.0f;
-    } else {
-      std::fill(qr, qr + Dp, 0.0f);
     }
     m[r] = kNegInf;
     l[r] = 0.0f;
@@ -122,64 +256,51 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       const TileVisibility vis = p.mask.classify(q_lo, q_hi, k_lo, k_hi);
       if (vis == TileVisibility::kNone) continue;
 
-      // Scores s[r][c] = q_r . k_c, kKB keys x kRB rows per horizontal reduction.
-      const RowsF32 keys = blk.keys.load_f32(c0, nc, d, ws.kbuf.data(), Dp, in_place);
-      for (Index kb = 0; kb < nc; kb += KB) {
-        const float* krow[KB];
-        for (Index i = 0; i < KB; ++i) krow[i] = keys.data + std::min(kb + i, nc - 1) * keys.stride;
-        for (Index rb = 0; rb < Rp; rb += RB) {
-          VecF acc[KB * RB];
-          for (Index i = 0; i < KB * RB; ++i) acc[i] = simd::broadcast(0.0f);
-          for (Index dv = 0; dv < Dp; dv += W) {
-            VecF kvv[KB];
-            for (Index i = 0; i < KB; ++i) kvv[i] = simd::load(krow[i] + dv);
-            for (Index j = 0; j < RB; ++j) {
-              const VecF qv = simd::load(q + (rb + j) * Dp + dv);
-              for (Index i = 0; i < KB; ++i) acc[i * RB + j] = simd::fma(qv, kvv[i], acc[i * RB + j]);
-            }
+      // S^T = K q^T, from the store's own rows where they widen in registers.
+      using KeyRows = std::remove_cvref_t<decltype(blk.keys)>;
+      if constexpr (DirectRows<KeyRows>) {
+        if (in_place) {
+          decode_scores(blk.keys.direct_rows() + c0 * blk.keys.row_stride, blk.keys.row_stride, nc, q, Rp, Dp, st, lanes);
+        } else {
+          const RowsF32 keys = blk.keys.load_f32(c0, nc, d, ws.kbuf.data(), Dp, false);
+          decode_scores(keys.data, keys.stride, nc, q, Rp, Dp, st, lanes);
+        }
+      } else {
+        const RowsF32 keys = blk.keys.load_f32(c0, nc, d, ws.kbuf.data(), Dp, in_place);
+        decode_scores(keys.data, keys.stride, nc, q, Rp, Dp, st, lanes);
+      }
+
+      // Soft-cap, ALiBi and mask, then the online-softmax update of every row.
+      if (p.softcap > 0.0f) {
+        const VecF cap = simd::broadcast(p.softcap), inv = simd::broadcast(1.0f / p.softcap);
+        for (Index i = 0; i < nc * Rp; i += W) simd::store(st + i, cap * simd::tanh(simd::load(st + i) * inv));
+      }
+      if (p.slopes || vis == TileVisibility::kPartial) {
+        for (Index c = 0; c < nc; ++c) {
+          const std::int64_t kpos = kp[c];
+          for (Index r = 0; r < R; ++r) {
+            const std::int64_t qp = p.q_pos[r / G];
+            float& sc = st[c * Rp + r];
+            if (vis == TileVisibility::kPartial && !p.mask.visible(qp, kpos)) sc = kNegInf;
+            else if (p.slopes) sc -= p.slopes[g * G + r % G] * static_cast<float>(qp - kpos);
           }
-          simd::store(lanes, simd::haddp(acc));
-          for (Index i = 0; i < KB && kb + i < nc; ++i)
-            for (Index j = 0; j < RB; ++j) s[(rb + j) * Bc + kb + i] = lanes[i * RB + j];
         }
       }
+      decode_softmax_update(st, nc, Rp, m, l, ws.alpha.data(), ws.lanes.data());
 
-      // Soft-cap, ALiBi, mask, then the online-softmax update of each row.
-      for (Index r = 0; r < R; ++r) {
-        float* sr = s + r * Bc;
-        const std::int64_t qp = p.q_pos[r / G];
-        if (p.softcap > 0.0f) {
-          const VecF cap = simd::broadcast(p.softcap), inv = simd::broadcast(1.0f / p.softcap);
-          Index c = 0;
-          for (; c + W <= nc; c += W) simd::store(sr + c, cap * simd::tanh(simd::load(sr + c) * inv));
-          for (; c < nc; ++c) sr[c] = p.softcap * std::tanh(sr[c] / p.softcap);
+      // o = o * alpha + P V.
+      using ValueRows = std::remove_cvref_t<decltype(blk.values)>;
+      if constexpr (DirectRows<ValueRows>) {
+        if (in_place) {
+          decode_pv(o, Dp, st, Rp, ws.alpha.data(), R, blk.values.direct_rows() + c0 * blk.values.row_stride,
+                    blk.values.row_stride, nc);
+        } else {
+          const RowsF32 values = blk.values.load_f32(c0, nc, d, ws.vbuf.data(), Dp, false);
+          decode_pv(o, Dp, st, Rp, ws.alpha.data(), R, values.data, values.stride, nc);
         }
-        if (p.slopes) {
-          const float slope = p.slopes[g * G + r % G];
-          for (Index c = 0; c < nc; ++c) sr[c] -= slope * static_cast<float>(qp - kp[c]);
-        }
-        if (vis == TileVisibility::kPartial)
-          for (Index c = 0; c < nc; ++c)
-            if (!p.mask.visible(qp, kp[c])) sr[c] = kNegInf;
-        const float m_new = std::max(m[r], simd::max_of(sr, static_cast<std::size_t>(nc)));
-        const float m_use = m_new == kNegInf ? 0.0f : m_new;
-        const float alpha = std::exp(m[r] - m_use);
-        l[r] = l[r] * alpha + simd::exp_shifted(sr, sr, static_cast<std::size_t>(nc), m_use);
-        m[r] = m_new;
-        ws.alpha[r] = alpha;
-      }
-
-      // o = o * alpha + P V, two rows and up to eight vectors of head_dim at a time.
-      const RowsF32 values = blk.values.load_f32(c0, nc, d, ws.vbuf.data(), Dp, in_place);
-      for (Index r = 0; r < R; r += 2) {
-        const Index rows = std::min<Index>(2, R - r);
-        for (Index j0 = 0; j0 < Dp; j0 += 8 * W) {
-          const Index nv = std::min<Index>(8, (Dp - j0) / W);
-          float* orow = o + r * Dp + j0;
-          const float* vrow = values.data + j0;
-          if (rows == 2) decode_pv_chunk<2>(nv, orow, Dp, s + r * Bc, Bc, ws.alpha.data() + r, vrow, values.stride, nc);
-          else decode_pv_chunk<1>(nv, orow, Dp, s + r * Bc, Bc, ws.alpha.data() + r, vrow, values.stride, nc);
-        }
+      } else {
+        const RowsF32 values = blk.values.load_f32(c0, nc, d, ws.vbuf.data(), Dp, in_place);
+        decode_pv(o, Dp, st, Rp, ws.alpha.data(), R, values.data, values.stride, nc);
       }
     }
   }
