@@ -3,6 +3,7 @@
 
 #include "inferkit/version.hpp"
 
+#include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/convert.hpp"
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/half.hpp"
@@ -11,3 +12,24 @@
 #include "inferkit/core/simd.hpp"
 #include "inferkit/core/threading.hpp"
 #include "inferkit/core/view.hpp"
+
+#include "inferkit/attention/alibi.hpp"
+#include "inferkit/attention/attention.hpp"
+#include "inferkit/attention/dense_kv.hpp"
+#include "inferkit/attention/gqa.hpp"
+#include "inferkit/attention/kv_block.hpp"
+#include "inferkit/attention/options.hpp"
+#include "inferkit/attention/rope.hpp"
+
+#include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/categorical.hpp"
+#include "inferkit/sampling/logits.hpp"
+#include "inferkit/sampling/min_p.hpp"
+#include "inferkit/sampling/no_repeat_ngram.hpp"
+#include "inferkit/sampling/penalties.hpp"
+#include "inferkit/sampling/sampler_chain.hpp"
+#include "inferkit/sampling/temperature.hpp"
+#include "inferkit/sampling/token_masks.hpp"
+#include "inferkit/sampling/top_k.hpp"
+#include "inferkit/sampling/top_p.hpp"
+#include "inferkit/sampling/typical.hpp"

@@ -1,0 +1,46 @@
+#pragma once
+// No-repeat n-gram (Paulus et al. 2017; Hugging Face's NoRepeatNGramLogitsProcessor): a token is
+// banned (-inf) when it would complete an n-gram that already occurs in the history. With
+// history h of length L, every i with h[i .. i+n-1) equal to the last n-1 tokens bans h[i+n-1].
+// n == 1 bans every token of the history. n <= 0 is an error.
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/logits.hpp"
+
+namespace inferkit {
+
+/// The tokens that would repeat an n-gram of the history, in order of discovery.
+inline std::vector<TokenId> repeated_ngram_tokens(std::span<const TokenId> history, Index n) {
+  require(n >= 1, "no_repeat_ngram_size", n, "must be >= 1");
+  std::vector<TokenId> banned;
+  const Index len = static_cast<Index>(history.size());
+  if (len + 1 < n) return banned;
+  const Index prefix_start = len - (n - 1);
+  for (Index i = 0; i + n <= len; ++i) {
+    bool match = true;
+    for (Index j = 0; j < n - 1 && match; ++j) match = history[i + j] == history[prefix_start + j];
+    if (match) banned.push_back(history[i + n - 1]);
+  }
+  return banned;
+}
+
+inline void apply_no_repeat_ngram(std::span<float> logits, std::span<const TokenId> history, Index n) {
+  const Index vocab = static_cast<Index>(logits.size());
+  for (std::size_t i = 0; i < history.size(); ++i)
+    if (history[i] < 0 || history[i] >= vocab)
+      throw_out_of_range("history[" + std::to_string(i) + "]", history[i], "must be in [0, " + std::to_string(vocab) + ")");
+  for (TokenId id : repeated_ngram_tokens(history, n))
+    logits[static_cast<std::size_t>(id)] = -std::numeric_limits<float>::infinity();
+}
+
+inline void apply_no_repeat_ngram(Candidates& c, std::span<const TokenId> history, Index n) {
+  apply_no_repeat_ngram(c.logits(), history, n);
+  c.logits_changed();
+}
+
+}  // namespace inferkit

@@ -1,0 +1,101 @@
+#include "sampling/sampling_test_util.hpp"
+
+#include "inferkit/sampling/min_p.hpp"
+#include "inferkit/sampling/top_k.hpp"
+#include "inferkit/sampling/top_p.hpp"
+
+using Catch::Contains;
+
+namespace {
+const std::size_t kVocabs[] = {1, 2, 37, 32000, 128256, 262144};
+}
+
+TEST_CASE("top-k equals the sort-based definition", "[sampling][top_k]") {
+  unsigned seed = 1;
+  for (std::size_t n : kVocabs)
+    for (bool ties : {false, true})
+      for (double masked : {0.0, 0.3})
+        for (inferkit::Index k : {0L, 1L, 2L, 40L, 1000L, static_cast<long>(n) - 1, static_cast<long>(n)}) {
+          INFO("V = " << n << ", ties = " << ties << ", masked = " << masked << ", k = " << k);
+          auto x = test::random_logits(n, seed++, 3.0f, ties, masked);
+          auto ref = x;
+          inferkit::apply_top_k(x, k);
+          inferkit::reference::top_k(ref, k);
+          CHECK(test::same_bits(x, ref));
+        }
+}
+
+TEST_CASE("top-p equals the sort-based definition on dense and candidate-list paths", "[sampling][top_p]") {
+  unsigned seed = 100;
+  for (std::size_t n : kVocabs)
+    for (float sigma : {1.0f, 3.0f, 6.0f})
+      for (float p : {0.1f, 0.5f, 0.9f, 0.95f, 0.999f}) {
+        INFO("V = " << n << ", sigma = " << sigma << ", p = " << p);
+        auto x = test::random_logits(n, seed++, sigma, sigma == 3.0f, sigma == 6.0f ? 0.2 : 0.0);
+        auto ref = x;
+        inferkit::apply_top_p(x, p);
+        inferkit::reference::top_p(ref, p);
+        CHECK(test::same_bits(x, ref));
+        // After top-k the set is a short list: the list path.
+        auto y = test::random_logits(n, seed++, sigma, true);
+        auto yref = y;
+        inferkit::Candidates c(y);
+        inferkit::apply_top_k(c, 50);
+        inferkit::apply_top_p(c, p, 3);
+        c.materialize();
+        inferkit::reference::top_k(yref, 50);
+        inferkit::reference::top_p(yref, p, 3);
+        CHECK(test::same_bits(y, yref));
+      }
+}
+
+TEST_CASE("top-p is inclusive exactly at the threshold and honours min_keep", "[sampling][top_p]") {
+  // Weights 1, 1/2, 1/4, 1/4 (logits 0, -ln 2, -2 ln 2 ...) sum to 2: probabilities .5 .25 .125 .125.
+  const float l2 = std::log(2.0f);
+  std::vector<float> base{-2 * l2, 0.0f, -l2, -2 * l2};
+  // The weights must be exact powers of two for the boundary to be exact.
+  REQUIRE(inferkit::exp_weight(-l2, 0.0f) == 0.5f);
+  REQUIRE(inferkit::exp_weight(-2 * l2, 0.0f) == 0.25f);
+  auto x = base;
+  inferkit::apply_top_p(x, 0.75f);  // .5 + .25 reaches .75 exactly: keep two
+  CHECK(x[1] == 0.0f);
+  CHECK(x[2] == -l2);
+  CHECK(x[0] == -INFINITY);
+  CHECK(x[3] == -INFINITY);
+  x = base;
+  inferkit::apply_top_p(x, 0.5f);  // the top token alone reaches .5
+  CHECK(x[2] == -INFINITY);
+  x = base;
+  inferkit::apply_top_p(x, 0.8f);  // needs a third token: tie between ids 0 and 3 goes to 0
+  CHECK(x[0] == -2 * l2);
+  CHECK(x[3] == -INFINITY);
+  x = base;
+  inferkit::apply_top_p(x, 0.1f, 3);  // min_keep
+  CHECK(x[0] == -2 * l2);
+  CHECK(x[3] == -INFINITY);
+  CHECK(x[1] == 0.0f);
+  CHECK_THROWS_WITH(inferkit::apply_top_p(x, 0.0f), Contains("top_p = 0"));
+  CHECK_THROWS_WITH(inferkit::apply_top_p(x, 1.5f), Contains("top_p = 1.5"));
+  CHECK_THROWS_WITH(inferkit::apply_top_p(x, 0.5f, 0), Contains("min_keep = 0"));
+}
+
+TEST_CASE("min-p equals the sort-based definition and is inclusive", "[sampling][min_p]") {
+  unsigned seed = 300;
+  for (std::size_t n : kVocabs)
+    for (float mp : {0.0f, 0.01f, 0.05f, 0.2f, 1.0f}) {
+      INFO("V = " << n << ", min_p = " << mp);
+      auto x = test::random_logits(n, seed++, 3.0f, true, 0.1);
+      auto ref = x;
+      inferkit::apply_min_p(x, mp, 2);
+      inferkit::reference::min_p(ref, mp, 2);
+      CHECK(test::same_bits(x, ref));
+    }
+  // A token whose weight equals min_p exactly is kept.
+  std::vector<float> x{0.0f, -1.0f, -1.0f, -3.0f};
+  const float w = inferkit::exp_weight(-1.0f, 0.0f);
+  inferkit::apply_min_p(x, w);
+  CHECK(x[1] == -1.0f);
+  CHECK(x[2] == -1.0f);
+  CHECK(x[3] == -INFINITY);
+  CHECK_THROWS_WITH(inferkit::apply_min_p(x, 1.2f), Contains("min_p = 1.2"));
+}
