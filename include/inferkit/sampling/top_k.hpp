@@ -1,10 +1,12 @@
 #pragma once
 // Top-k: keep exactly the k highest logits, ties at the boundary going to the lowest id; k <= 0
-// or k >= vocabulary size keeps everything. Over a dense row this is one SIMD pass with a
-// rising threshold: elements above the current k-th best are collected, and the small buffer
-// is cut back to k by nth_element whenever it grows; the vocabulary is never sorted.
+// or k >= vocabulary size keeps everything. Over a dense row a sampled threshold lets one
+// collection pass gather a few more than k tokens, which nth_element cuts to k; the vocabulary
+// is never sorted.
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <limits>
 #include <span>
 #include <utility>
@@ -12,42 +14,40 @@
 
 #include "inferkit/core/simd.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/detail/collect.hpp"
 
 namespace inferkit {
 
 namespace detail {
 
 /// Ids of the k best of a dense row by (logit descending, id ascending), unordered.
+/// A strided sample suggests a threshold that about k plus a margin of tokens pass; one
+/// collection pass gathers them and nth_element cuts them to k. If fewer than k pass, the
+/// sample's k-th largest (which can never exceed the row's k-th largest) is used instead, and
+/// failing that every finite token.
 inline std::vector<TokenId> select_top_k_dense(std::span<const float> x, Index k) {
-  using Entry = std::pair<float, TokenId>;
-  const auto better = [](const Entry& a, const Entry& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  std::vector<Entry> buf;
-  const std::size_t cap = static_cast<std::size_t>(std::max<Index>(4 * k, 1024));
-  buf.reserve(cap + simd::kWidth);
-  float t = -std::numeric_limits<float>::infinity();
-  const auto shrink = [&] {
-    if (static_cast<Index>(buf.size()) > k) {
-      std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), better);
-      buf.resize(static_cast<std::size_t>(k));
-      t = buf[static_cast<std::size_t>(k - 1)].first;  // the worst kept logit
-    }
-  };
-  // Scanning in ascending id order, a later element equal to the threshold never beats the kept
-  // ones (lower ids), so strictly greater is the entry test once k are held.
-  std::size_t i = 0;
   const std::size_t n = x.size();
-  for (; i + simd::kWidth <= n; i += simd::kWidth) {
-    const simd::VecF v = simd::load(x.data() + i);
-    if (!simd::any(v > simd::broadcast(t))) continue;
-    for (std::size_t l = 0; l < simd::kWidth; ++l)
-      if (x[i + l] > t) buf.emplace_back(x[i + l], static_cast<TokenId>(i + l));
-    if (buf.size() >= cap) shrink();
+  std::vector<TokenId> ids;
+  std::vector<float> sample = strided_sample(x, 2048);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const auto kth = [&](std::size_t r) {  // r-th largest sample logit (0-based), or -inf
+    if (r >= sample.size()) return neg_inf;
+    std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(r), sample.end(), std::greater<float>());
+    return sample[r];
+  };
+  const double expected = double(k) * double(sample.size()) / double(n);
+  const float guess = kth(static_cast<std::size_t>(expected + 3.0 * std::sqrt(expected) + 3.0));
+  const float safe = kth(static_cast<std::size_t>(k - 1));
+  for (const float t : {guess, safe, neg_inf}) {
+    ids.clear();
+    collect_ids(x, t == neg_inf ? kLowestFinite : t, kHighest, ids);
+    if (static_cast<Index>(ids.size()) >= k || t == neg_inf) break;
   }
-  for (; i < n; ++i)
-    if (x[i] > t) buf.emplace_back(x[i], static_cast<TokenId>(i));
-  shrink();
-  std::vector<TokenId> ids(buf.size());
-  for (std::size_t j = 0; j < buf.size(); ++j) ids[j] = buf[j].second;
+  if (static_cast<Index>(ids.size()) > k) {
+    std::nth_element(ids.begin(), ids.begin() + (k - 1), ids.end(),
+                     [&](TokenId a, TokenId b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+    ids.resize(static_cast<std::size_t>(k));
+  }
   return ids;
 }
 

@@ -1,0 +1,74 @@
+#pragma once
+// Branch-free collection of token ids whose logit lies in a range, for the selection passes of
+// top-k, top-p and min-p. With AVX-512 the passing lanes' ids are compress-stored
+// (vpcompressd), so the cost is one compare and one store per vector however many pass;
+// elsewhere a SIMD any() skips vectors where nothing passes.
+
+#include <cstddef>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "inferkit/core/simd.hpp"
+#include "inferkit/sampling/logits.hpp"
+
+namespace inferkit::detail {
+
+/// Appends to out, in ascending order, every id i with lo <= x[i] <= hi.
+inline void collect_ids(std::span<const float> x, float lo, float hi, std::vector<TokenId>& out) {
+  const std::size_t n = x.size();
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (simd::kWidth == 16) {
+    // Passing ids are compress-stored into a small stack buffer and appended per chunk.
+    constexpr std::size_t kChunk = 64 * 16;
+    alignas(64) TokenId room[kChunk];
+    std::size_t count = 0;
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i step = _mm512_set1_epi32(16);
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x.data() + i);
+      const __mmask16 m = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ), v, vhi, _CMP_LE_OQ);
+      _mm512_mask_compressstoreu_epi32(room + count, m, idx);
+      count += static_cast<std::size_t>(__builtin_popcount(m));
+      idx = _mm512_add_epi32(idx, step);
+      if (count > kChunk - 16) {
+        out.insert(out.end(), room, room + count);
+        count = 0;
+      }
+    }
+    out.insert(out.end(), room, room + count);
+  }
+#endif
+  const simd::VecF vlo = simd::broadcast(lo), vhi = simd::broadcast(hi);
+  for (; i + simd::kWidth <= n; i += simd::kWidth) {
+    const simd::VecF v = simd::load(x.data() + i);
+    if (!simd::any(v >= vlo) || !simd::any(v <= vhi)) continue;
+    for (std::size_t l = 0; l < simd::kWidth; ++l)
+      if (x[i + l] >= lo && x[i + l] <= hi) out.push_back(static_cast<TokenId>(i + l));
+  }
+  for (; i < n; ++i)
+    if (x[i] >= lo && x[i] <= hi) out.push_back(static_cast<TokenId>(i));
+}
+
+/// Smallest float above t, and largest below (the bounds of strict comparisons).
+inline float above(float t) { return std::nextafter(t, std::numeric_limits<float>::infinity()); }
+inline float below(float t) { return std::nextafter(t, -std::numeric_limits<float>::infinity()); }
+inline constexpr float kLowestFinite = std::numeric_limits<float>::lowest();
+inline constexpr float kHighest = std::numeric_limits<float>::infinity();
+
+/// Logits of an evenly strided sample of about `size` finite tokens, descending.
+inline std::vector<float> strided_sample(std::span<const float> x, std::size_t size) {
+  const std::size_t stride = std::max<std::size_t>(1, x.size() / size);
+  std::vector<float> s;
+  s.reserve(x.size() / stride + 1);
+  for (std::size_t i = stride / 2; i < x.size(); i += stride)
+    if (x[i] > -std::numeric_limits<float>::infinity()) s.push_back(x[i]);
+  return s;
+}
+
+}  // namespace inferkit::detail
