@@ -91,6 +91,7 @@ inline VecF exp(VecF x) {
 inline VecF tanh(VecF v) { return xsimd::tanh(v); }
 inline VecF select(MaskF m, VecF a, VecF b) { return xsimd::select(m, a, b); }
 inline bool any(MaskF m) { return xsimd::any(m); }
+inline MaskF both(MaskF a, MaskF b) { return a && b; }
 inline MaskF is_nan(VecF v) { return xsimd::isnan(v); }
 inline float hsum(VecF v) { return xsimd::hadd(v); }
 /// Lane i of the result is the horizontal sum of rows[i], for kWidth rows.
@@ -166,6 +167,7 @@ inline VecF exp(VecF v) { return {std::exp(v.v)}; }
 inline VecF tanh(VecF v) { return {std::tanh(v.v)}; }
 inline VecF select(MaskF m, VecF a, VecF b) { return m ? a : b; }
 inline bool any(MaskF m) { return m; }
+inline MaskF both(MaskF a, MaskF b) { return a && b; }
 inline MaskF is_nan(VecF v) { return std::isnan(v.v); }
 inline float hsum(VecF v) { return v.v; }
 inline VecF haddp(const VecF* rows) { return rows[0]; }

@@ -90,7 +90,7 @@ inline PartMasses part_masses(const float* l, const float* w, std::size_t n, flo
     std::size_t i = 0;
     for (; i + simd::kWidth <= len; i += simd::kWidth) {
       const simd::VecF lv = simd::load(l + b0 + i), wv = simd::load(w + b0 + i);
-      const auto is_hi = lv > vhi, is_mid = (lv >= vlo) & (lv <= vhi);
+      const simd::MaskF is_hi = lv > vhi, is_mid = simd::both(lv >= vlo, lv <= vhi);
       simd::store(hi_w + i, simd::select(is_hi, wv, zero));
       simd::store(mid_w + i, simd::select(is_mid, wv, zero));
       c_hi = c_hi + simd::select(is_hi, one, zero);
