@@ -21,6 +21,12 @@
 #include "inferkit/attention/options.hpp"
 #include "inferkit/attention/rope.hpp"
 
+#include "inferkit/kv/dense_cache.hpp"
+#include "inferkit/kv/memory_planner.hpp"
+#include "inferkit/kv/quant_codec.hpp"
+#include "inferkit/kv/quantized_cache.hpp"
+#include "inferkit/kv/sink_window_cache.hpp"
+
 #include "inferkit/sampling/candidates.hpp"
 #include "inferkit/sampling/categorical.hpp"
 #include "inferkit/sampling/logits.hpp"
@@ -28,6 +34,7 @@
 #include "inferkit/sampling/no_repeat_ngram.hpp"
 #include "inferkit/sampling/penalties.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
+#include "inferkit/sampling/speculative.hpp"
 #include "inferkit/sampling/temperature.hpp"
 #include "inferkit/sampling/token_masks.hpp"
 #include "inferkit/sampling/top_k.hpp"

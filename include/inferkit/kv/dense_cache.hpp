@@ -1,0 +1,116 @@
+#pragma once
+// A dense KV cache: per layer, per KV head, keys and values contiguous by position, stored as
+// float, Float16 or BFloat16. Tokens are appended per layer (all KV heads at once) and read
+// through the KV block view (one block per head), positions 0 .. length-1. Capacity is fixed at
+// construction or grows by doubling (the caller chooses); truncate() drops the newest tokens,
+// e.g. rejected speculative drafts. Single writer; const access is thread-safe.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "inferkit/attention/dense_kv.hpp"
+#include "inferkit/core/convert.hpp"
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/view.hpp"
+
+namespace inferkit {
+
+enum class CacheGrowth { kFixed, kGrow };
+
+template <class T>
+class DenseKvCache {
+ public:
+  DenseKvCache(Index layers, Index kv_heads, Index head_dim, Index capacity, CacheGrowth growth = CacheGrowth::kGrow)
+      : layers_(layers), heads_(kv_heads), dim_(head_dim), growth_(growth), length_(static_cast<std::size_t>(layers), 0) {
+    require(layers > 0, "layers", layers, "must be > 0");
+    require(kv_heads > 0, "kv_heads", kv_heads, "must be > 0");
+    require(head_dim > 0, "head_dim", head_dim, "must be > 0");
+    require(capacity >= 0, "capacity", capacity, "must be >= 0");
+    reserve(std::max<Index>(capacity, 1));
+  }
+
+  Index layers() const { return layers_; }
+  Index kv_heads() const { return heads_; }
+  Index head_dim() const { return dim_; }
+  Index capacity() const { return capacity_; }
+  Index length(Index layer) const {
+    require_index(layer, layers_, "layer");
+    return length_[static_cast<std::size_t>(layer)];
+  }
+
+  /// Appends tokens [tokens, kv_heads, head_dim] to one layer.
+  void append(Index layer, Tensor3View<const float> keys, Tensor3View<const float> values) {
+    require_index(layer, layers_, "layer");
+    check_rows(keys, "keys");
+    check_rows(values, "values");
+    require(values.dim0() == keys.dim0(), "values.dim0()", values.dim0(),
+            "must equal keys.dim0() (" + std::to_string(keys.dim0()) + ")");
+    Index& len = length_[static_cast<std::size_t>(layer)];
+    const Index n = keys.dim0();
+    if (len + n > capacity_) {
+      require(growth_ == CacheGrowth::kGrow, "tokens", len + n,
+              "exceed the fixed capacity (" + std::to_string(capacity_) + ")");
+      reserve(std::max(len + n, 2 * capacity_));
+    }
+    for (Index t = 0; t < n; ++t)
+      for (Index h = 0; h < heads_; ++h) {
+        convert(keys.ptr(t, h), slot(key_, layer, h, len + t), static_cast<std::size_t>(dim_));
+        convert(values.ptr(t, h), slot(value_, layer, h, len + t), static_cast<std::size_t>(dim_));
+      }
+    len += n;
+  }
+
+  /// Keeps the first `length` tokens of every layer.
+  void truncate(Index length) {
+    for (Index& len : length_) {
+      require(length >= 0 && length <= len, "length", length, "must be in [0, " + std::to_string(len) + "]");
+      len = length;
+    }
+  }
+
+  /// The KV block view of one layer's tokens.
+  DenseKv<T> source(Index layer) const {
+    const Index len = length(layer);
+    const T* k = key_.data() + static_cast<std::size_t>(layer * heads_ * capacity_ * dim_);
+    const T* v = value_.data() + static_cast<std::size_t>(layer * heads_ * capacity_ * dim_);
+    return DenseKv<T>(Tensor3View<const T>(k, len, heads_, dim_, dim_, capacity_ * dim_),
+                      Tensor3View<const T>(v, len, heads_, dim_, dim_, capacity_ * dim_));
+  }
+
+  /// Storage per cached token over all layers and heads (keys and values).
+  double bytes_per_token() const { return 2.0 * static_cast<double>(layers_ * heads_ * dim_) * sizeof(T); }
+
+ private:
+  void check_rows(const Tensor3View<const float>& x, const char* name) const {
+    require(x.dim1() == heads_, std::string(name) + ".dim1()", x.dim1(), "must equal kv_heads (" + std::to_string(heads_) + ")");
+    require(x.dim2() == dim_, std::string(name) + ".dim2()", x.dim2(), "must equal head_dim (" + std::to_string(dim_) + ")");
+  }
+  T* slot(std::vector<T>& buf, Index layer, Index head, Index token) {
+    return buf.data() + static_cast<std::size_t>(((layer * heads_ + head) * capacity_ + token) * dim_);
+  }
+  void reserve(Index capacity) {
+    std::vector<T> k(static_cast<std::size_t>(layers_ * heads_ * capacity * dim_));
+    std::vector<T> v(k.size());
+    for (Index l = 0; l < layers_; ++l)
+      for (Index h = 0; h < heads_; ++h) {
+        const auto n = static_cast<std::size_t>(std::min(capacity_, length_[static_cast<std::size_t>(l)]) * dim_);
+        const auto from = static_cast<std::size_t>((l * heads_ + h) * capacity_ * dim_);
+        const auto to = static_cast<std::size_t>((l * heads_ + h) * capacity * dim_);
+        std::copy_n(key_.begin() + static_cast<std::ptrdiff_t>(from), n, k.begin() + static_cast<std::ptrdiff_t>(to));
+        std::copy_n(value_.begin() + static_cast<std::ptrdiff_t>(from), n, v.begin() + static_cast<std::ptrdiff_t>(to));
+      }
+    key_ = std::move(k);
+    value_ = std::move(v);
+    capacity_ = capacity;
+  }
+
+  Index layers_, heads_, dim_;
+  CacheGrowth growth_;
+  Index capacity_ = 0;
+  std::vector<Index> length_;
+  std::vector<T> key_, value_;
+};
+
+}  // namespace inferkit

@@ -1,0 +1,88 @@
+#pragma once
+// Memory planning for a Llama-shaped decoder: bytes of weights, KV cache and scratch for a model
+// shape, context length, batch and cache policy. The arithmetic people get wrong, spelled out:
+//   KV cache = 2 (K and V) x layers x kv_heads x head_dim x tokens x batch x bytes per element
+//   (GQA with 32 query / 8 KV heads needs a quarter of MHA's cache); a quantized cache adds its
+//   metadata (int4 with group 32 and a binary16 scale: 4 + 16/32 = 4.5 bits per element; with a
+//   binary16 minimum as well: 5 bits) and the full-precision residual tokens (float).
+//   A sink + window cache holds at most n_sink + window tokens whatever the context.
+// Weights: token embedding (and an untied classifier), per layer wq, wk, wv, wo, w1, w2, w3 and
+// two norms, the final norm, at `weight_bytes` per parameter (0.5625 for 4.5-bit weights, ...).
+// Scratch: per sequence, the activations of one token step (x, xb, q, k, v, attention output,
+// hidden h1/h3, logits) in float, plus one attention tile workspace per thread.
+
+#include <algorithm>
+#include <string>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/view.hpp"
+#include "inferkit/kv/quant_codec.hpp"
+#include "inferkit/kv/quantized_cache.hpp"
+
+namespace inferkit {
+
+struct ModelShape {
+  Index layers = 0, dim = 0, hidden_dim = 0, q_heads = 0, kv_heads = 0, vocab = 0;
+  Index head_dim = 0;        // 0 = dim / q_heads
+  bool tied_embeddings = true;
+  double weight_bytes = 4;   // bytes per parameter
+  Index head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / q_heads; }
+};
+
+enum class CacheKind { kDense, kQuantized, kSinkWindow };
+
+struct CachePolicy {
+  CacheKind kind = CacheKind::kDense;
+  double element_bytes = 2;  // dense and sink-window storage: 4 (f32), 2 (f16/bf16)
+  KvQuantConfig quant{};     // kQuantized
+  Index n_sink = 0, window = 0;  // kSinkWindow
+};
+
+struct MemoryPlan {
+  double weights = 0, kv_cache = 0, scratch = 0;
+  double total() const { return weights + kv_cache + scratch; }
+};
+
+/// Parameters of the model.
+inline double parameter_count(const ModelShape& m) {
+  const double d = double(m.dim), hd = double(m.head_dim_or_default());
+  const double q = double(m.q_heads) * hd, kv = double(m.kv_heads) * hd;
+  const double per_layer = d * q + 2.0 * d * kv + q * d + 3.0 * d * double(m.hidden_dim) + 2.0 * d;
+  return double(m.vocab) * d * (m.tied_embeddings ? 1.0 : 2.0) + double(m.layers) * per_layer + d;
+}
+
+/// KV bytes per token of one sequence under a policy (quantized: codes and metadata only).
+inline double kv_bytes_per_token(const ModelShape& m, const CachePolicy& c) {
+  const double elems = double(m.layers) * double(m.kv_heads) * double(m.head_dim_or_default());
+  if (c.kind != CacheKind::kQuantized) return 2.0 * elems * c.element_bytes;
+  const auto stream = [&](const QuantSpec& s) { return elems * (s.bits / 8.0 + double(s.meta_bytes()) / double(s.group_size)); };
+  return stream(c.quant.keys) + stream(c.quant.values);
+}
+
+inline MemoryPlan plan_memory(const ModelShape& m, Index context, Index batch, const CachePolicy& c, Index threads = 1) {
+  require(m.layers > 0 && m.dim > 0 && m.q_heads > 0 && m.kv_heads > 0 && m.vocab > 0 && m.hidden_dim > 0, "model",
+          m.layers, "layers, dim, hidden_dim, heads and vocab must all be > 0");
+  require(m.q_heads % m.kv_heads == 0, "q_heads", m.q_heads, "must be a multiple of kv_heads");
+  require(context >= 0, "context", context, "must be >= 0");
+  require(batch >= 1, "batch", batch, "must be >= 1");
+  MemoryPlan p;
+  p.weights = parameter_count(m) * m.weight_bytes;
+  const double elems = double(m.layers) * double(m.kv_heads) * double(m.head_dim_or_default());
+  double tokens = double(context);
+  if (c.kind == CacheKind::kSinkWindow) tokens = std::min<double>(tokens, double(c.n_sink + c.window));
+  p.kv_cache = kv_bytes_per_token(m, c) * tokens * double(batch);
+  if (c.kind == CacheKind::kQuantized) {  // full-precision residual tails (at most residual + group - 1)
+    const auto tail = [&](const QuantSpec& s) {
+      const double r = double(s.residual + (s.axis == QuantAxis::kPerChannel ? s.group_size - 1 : 0));
+      return elems * std::min(r, double(context)) * 4.0;
+    };
+    p.kv_cache += (tail(c.quant.keys) + tail(c.quant.values)) * double(batch);
+  }
+  const double hd = double(m.head_dim_or_default());
+  const double step = 2.0 * double(m.dim) + double(m.q_heads) * hd * 2.0 + 2.0 * double(m.kv_heads) * hd +
+                      2.0 * double(m.hidden_dim) + double(m.vocab);
+  p.scratch = 4.0 * step * double(batch) + double(threads) * 4.0 * (4.0 * 64.0 * 256.0);  // tile workspace
+  return p;
+}
+
+}  // namespace inferkit

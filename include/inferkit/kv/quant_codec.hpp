@@ -1,0 +1,131 @@
+#pragma once
+// Group quantization codecs for KV caches: 8, 4 or 2 bits per element, symmetric or asymmetric,
+// one scale (and, asymmetric, one minimum) per group of `group_size` values, bit-packed (two
+// int4 or four int2 codes per byte, low bits first).
+//
+//   symmetric:  step = max|x| / (2^(b-1) - 1), code q = round(x / step) in [-(2^(b-1) - 1), ...]
+//   asymmetric: step = (max - min) / (2^b - 1), code q = round((x - min) / step) in [0, 2^b - 1]
+// Metadata is stored as binary16, rounded so that the stored step is never smaller than the
+// exact one and the stored minimum never larger than the true minimum: every element then
+// dequantizes within half a stored step of its value. Codes are kept unsigned (symmetric codes
+// are offset by 2^(b-1)), so both modes dequantize as x' = code * step + zero with
+// zero = min (asymmetric) or -2^(b-1) * step (symmetric). NaN or infinite input is an error;
+// a group whose step would overflow binary16 (|x| beyond about 65504 * (2^(b-1) - 1)) too.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/half.hpp"
+#include "inferkit/core/view.hpp"
+
+namespace inferkit {
+
+enum class QuantAxis { kPerToken, kPerChannel };
+
+struct QuantSpec {
+  int bits = 8;                 // 8, 4 or 2
+  bool symmetric = true;
+  Index group_size = 32;        // values per scale: along head_dim (per-token) or tokens (per-channel)
+  QuantAxis axis = QuantAxis::kPerToken;
+  Index residual = 0;           // most recent tokens kept in full precision (KIVI)
+
+  int levels() const { return (1 << bits) - 1; }  // largest unsigned code
+  int offset() const { return symmetric ? (1 << (bits - 1)) : 0; }
+  int codes_per_byte() const { return 8 / bits; }
+  /// Metadata bytes per group: one binary16 step, plus one binary16 minimum if asymmetric.
+  int meta_bytes() const { return symmetric ? 2 : 4; }
+};
+
+inline void validate_quant_spec(const QuantSpec& s, const std::string& name) {
+  require(s.bits == 8 || s.bits == 4 || s.bits == 2, name + ".bits", s.bits, "must be 8, 4 or 2");
+  require(s.group_size >= 1, name + ".group_size", s.group_size, "must be >= 1");
+  require(s.residual >= 0, name + ".residual", s.residual, "must be >= 0");
+  if (s.axis == QuantAxis::kPerToken)
+    require(s.group_size % s.codes_per_byte() == 0, name + ".group_size", s.group_size,
+            "must be a multiple of " + std::to_string(s.codes_per_byte()) + " for " + std::to_string(s.bits) +
+                "-bit codes packed along head_dim");
+}
+
+namespace detail {
+
+/// Smallest binary16 value >= x (x finite, >= 0); +inf if x exceeds the binary16 range.
+inline Float16 f16_round_up(float x) {
+  Float16 h = to_float16(x);
+  if (to_float(h) < x) ++h.bits;  // positive values: the next bit pattern is the next value up
+  return h;
+}
+/// Largest binary16 value <= x.
+inline Float16 f16_round_down(float x) {
+  Float16 h = to_float16(x);
+  if (to_float(h) > x) {
+    if (x >= 0.0f) --h.bits;
+    else ++h.bits;  // negative values grow in magnitude with the bit pattern
+  }
+  return h;
+}
+
+}  // namespace detail
+
+/// Step and zero of one group, as stored.
+struct QuantParams {
+  Float16 step{};
+  Float16 min{};  // asymmetric only
+  float zero(const QuantSpec& s) const {
+    return s.symmetric ? -static_cast<float>(s.offset()) * to_float(step) : to_float(min);
+  }
+};
+
+/// Chooses the stored parameters for a group of values (read with a stride).
+inline QuantParams choose_params(const float* x, Index n, Index stride, const QuantSpec& s) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo, amax = 0.0f;
+  for (Index i = 0; i < n; ++i) {
+    const float v = x[i * stride];
+    if (!std::isfinite(v)) throw_invalid_argument("kv value", v, "keys and values to quantize must be finite");
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    amax = std::max(amax, std::abs(v));
+  }
+  QuantParams p;
+  if (s.symmetric) {
+    p.step = detail::f16_round_up(amax / static_cast<float>(s.offset() - 1 > 0 ? s.offset() - 1 : 1));
+  } else {
+    p.min = detail::f16_round_down(lo);
+    p.step = detail::f16_round_up((hi - to_float(p.min)) / static_cast<float>(s.levels()));
+  }
+  if (!std::isfinite(to_float(p.step)) || !std::isfinite(to_float(p.min)))
+    throw_invalid_argument("kv group range", std::max(std::abs(lo), std::abs(hi)),
+                           "is too large for a binary16 quantization step");
+  return p;
+}
+
+/// Code of one value under the stored parameters (round to nearest, clamped to the code range).
+inline int encode(float x, const QuantParams& p, const QuantSpec& s) {
+  const float step = to_float(p.step);
+  if (step == 0.0f) return s.symmetric ? s.offset() : 0;
+  const float q = std::nearbyint((x - p.zero(s)) / step);
+  return static_cast<int>(std::clamp(q, 0.0f, static_cast<float>(s.symmetric ? 2 * s.offset() - 1 : s.levels())));
+}
+
+inline float decode(int code, const QuantParams& p, const QuantSpec& s) {
+  return static_cast<float>(code) * to_float(p.step) + p.zero(s);
+}
+
+/// Writes code `c` (< 2^bits) at element index i of a packed byte array.
+inline void put_code(std::uint8_t* bytes, Index i, int c, int bits) {
+  const int per = 8 / bits;
+  std::uint8_t& b = bytes[i / per];
+  const int shift = static_cast<int>(i % per) * bits;
+  const int mask = ((1 << bits) - 1) << shift;
+  b = static_cast<std::uint8_t>((b & ~mask) | (c << shift));
+}
+inline int get_code(const std::uint8_t* bytes, Index i, int bits) {
+  const int per = 8 / bits;
+  return (bytes[i / per] >> (static_cast<int>(i % per) * bits)) & ((1 << bits) - 1);
+}
+
+}  // namespace inferkit

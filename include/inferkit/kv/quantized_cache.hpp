@@ -1,0 +1,261 @@
+#pragma once
+// A quantized KV cache with keys and values configured independently (their errors enter
+// attention at different points: keys through the scores, values through the weighted sum).
+// Each (layer, KV head) keeps a stream per K and V: quantized rows plus a full-precision tail
+// of the most recent tokens.
+//   per-token axis:   a token's head_dim values are split in groups along head_dim; the oldest
+//                     tail token is quantized as soon as the tail holds more than `residual`.
+//   per-channel axis: each channel is quantized over a group of `group_size` consecutive tokens
+//                     (KIVI keys); a group is flushed when the tail holds residual + group_size
+//                     tokens, so the tail keeps between `residual` and residual + group - 1.
+// Nothing already quantized is ever re-quantized. Attention reads the cache through the KV block
+// view; rows are dequantized one tile at a time into the kernel's scratch, never the whole cache.
+// Presets (KIVI: Liu et al. 2024): int8, int4, kivi4, kivi2 (see quant_presets()).
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "inferkit/attention/kv_block.hpp"
+#include "inferkit/core/convert.hpp"
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/view.hpp"
+#include "inferkit/kv/quant_codec.hpp"
+
+namespace inferkit {
+
+struct KvQuantConfig {
+  QuantSpec keys;
+  QuantSpec values;
+};
+
+/// Named presets: int8 (per-token symmetric, group 32), int4 (per-token asymmetric, group 32),
+/// kivi4 / kivi2 (keys per-channel, values per-token, asymmetric, group 32, residual 32).
+inline KvQuantConfig kv_quant_preset(const std::string& name) {
+  const QuantSpec int8{8, true, 32, QuantAxis::kPerToken, 0};
+  const QuantSpec int4{4, false, 32, QuantAxis::kPerToken, 0};
+  if (name == "int8") return {int8, int8};
+  if (name == "int4") return {int4, int4};
+  if (name == "kivi4" || name == "kivi2") {
+    const int b = name == "kivi4" ? 4 : 2;
+    return {QuantSpec{b, false, 32, QuantAxis::kPerChannel, 32}, QuantSpec{b, false, 32, QuantAxis::kPerToken, 32}};
+  }
+  throw_invalid_argument("kv_quant", name, "must be one of int8, int4, kivi4, kivi2");
+}
+
+namespace detail {
+
+/// One stream (keys or values of one layer and KV head).
+struct QuantStream {
+  std::vector<std::uint8_t> codes;  // quantized rows, token-major, row_bytes each
+  std::vector<QuantParams> params;  // per-token: (dim / group) per token; per-channel: dim per group
+  Index quantized = 0;              // tokens in the quantized part
+  std::vector<float> tail;          // full-precision rows of the newest tokens
+  Index tail_tokens = 0;
+};
+
+}  // namespace detail
+
+/// Rows of one stream: token t comes from the quantized part or the full-precision tail.
+struct QuantStreamRows {
+  const detail::QuantStream* stream = nullptr;
+  const QuantSpec* spec = nullptr;
+  Index dim = 0;
+
+  Index row_bytes() const { return dim / spec->codes_per_byte(); }
+
+  RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool allow_in_place) const {
+    const Index q = stream->quantized;
+    if (first >= q && allow_in_place)  // the whole range is in the tail: read it where it is
+      return {stream->tail.data() + (first - q) * d, d};
+    for (Index r = 0; r < count; ++r) {
+      const Index t = first + r;
+      float* out = scratch + r * stride;
+      if (t >= q) {
+        std::memcpy(out, stream->tail.data() + (t - q) * d, static_cast<std::size_t>(d) * sizeof(float));
+        continue;
+      }
+      const std::uint8_t* codes = stream->codes.data() + t * row_bytes();
+      const QuantSpec& s = *spec;
+      if (s.axis == QuantAxis::kPerToken) {
+        const QuantParams* p = stream->params.data() + t * (d / s.group_size);
+        for (Index g = 0; g < d / s.group_size; ++g) {
+          const float step = to_float(p[g].step), zero = p[g].zero(s);
+          const Index base = g * s.group_size;
+          decode_run(codes, base, s.group_size, step, zero, out + base);
+        }
+      } else {
+        const QuantParams* p = stream->params.data() + (t / s.group_size) * d;
+        for (Index c = 0; c < d; ++c)
+          out[c] = static_cast<float>(get_code(codes, c, s.bits)) * to_float(p[c].step) + p[c].zero(s);
+      }
+    }
+    return {scratch, stride};
+  }
+
+  static constexpr double bytes_per_token(Index) { return 0.0; }  // see QuantizedKvCache::bytes_in_use
+
+ private:
+  void decode_run(const std::uint8_t* codes, Index base, Index n, float step, float zero, float* out) const {
+    if (spec->bits == 8) {
+      const std::uint8_t* c = codes + base;
+      for (Index i = 0; i < n; ++i) out[i] = static_cast<float>(c[i]) * step + zero;
+    } else if (spec->bits == 4) {
+      const std::uint8_t* c = codes + base / 2;
+      for (Index i = 0; i < n / 2; ++i) {
+        out[2 * i] = static_cast<float>(c[i] & 0xF) * step + zero;
+        out[2 * i + 1] = static_cast<float>(c[i] >> 4) * step + zero;
+      }
+    } else {
+      const std::uint8_t* c = codes + base / 4;
+      for (Index i = 0; i < n / 4; ++i)
+        for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<float>((c[i] >> (2 * j)) & 3) * step + zero;
+    }
+  }
+};
+
+class QuantizedKvCache {
+ public:
+  using Block = KvBlock<QuantStreamRows, QuantStreamRows>;
+
+  QuantizedKvCache(Index layers, Index kv_heads, Index head_dim, KvQuantConfig config)
+      : layers_(layers), heads_(kv_heads), dim_(head_dim), config_(config),
+        keys_(static_cast<std::size_t>(layers * kv_heads)), values_(keys_.size()),
+        length_(static_cast<std::size_t>(layers), 0) {
+    require(layers > 0, "layers", layers, "must be > 0");
+    require(kv_heads > 0, "kv_heads", kv_heads, "must be > 0");
+    require(head_dim > 0, "head_dim", head_dim, "must be > 0");
+    validate_quant_spec(config.keys, "keys");
+    validate_quant_spec(config.values, "values");
+    for (const auto* s : {&config.keys, &config.values}) {
+      require(head_dim % s->codes_per_byte() == 0, "head_dim", head_dim,
+              "must be a multiple of " + std::to_string(s->codes_per_byte()) + " for packed codes");
+      if (s->axis == QuantAxis::kPerToken)
+        require(head_dim % s->group_size == 0, "head_dim", head_dim,
+                "must be a multiple of the per-token group_size (" + std::to_string(s->group_size) + ")");
+    }
+  }
+
+  Index layers() const { return layers_; }
+  Index kv_heads() const { return heads_; }
+  Index head_dim() const { return dim_; }
+  const KvQuantConfig& config() const { return config_; }
+  Index length(Index layer) const {
+    require_index(layer, layers_, "layer");
+    return length_[static_cast<std::size_t>(layer)];
+  }
+
+  /// Appends tokens [tokens, kv_heads, head_dim] to one layer.
+  void append(Index layer, Tensor3View<const float> keys, Tensor3View<const float> values) {
+    require_index(layer, layers_, "layer");
+    require(keys.dim1() == heads_ && values.dim1() == heads_, "keys.dim1()", keys.dim1(),
+            "keys and values must have kv_heads (" + std::to_string(heads_) + ") heads");
+    require(keys.dim2() == dim_ && values.dim2() == dim_, "keys.dim2()", keys.dim2(),
+            "keys and values must have head_dim (" + std::to_string(dim_) + ")");
+    require(values.dim0() == keys.dim0(), "values.dim0()", values.dim0(), "must equal keys.dim0()");
+    for (Index t = 0; t < keys.dim0(); ++t)
+      for (Index h = 0; h < heads_; ++h) {
+        push(stream(keys_, layer, h), config_.keys, keys.ptr(t, h));
+        push(stream(values_, layer, h), config_.values, values.ptr(t, h));
+      }
+    length_[static_cast<std::size_t>(layer)] += keys.dim0();
+  }
+
+  /// The KV block view of one layer (one block per head; rows decoded tile by tile).
+  class Source {
+   public:
+    Source(const QuantizedKvCache& c, Index layer) : c_(&c), layer_(layer) {}
+    Index num_kv_heads() const { return c_->heads_; }
+    Index head_dim() const { return c_->dim_; }
+    Index num_tokens() const { return c_->length(layer_); }
+    Index num_blocks() const { return num_tokens() > 0 ? 1 : 0; }
+    Block block(Index head, Index) const {
+      const auto i = static_cast<std::size_t>(layer_ * c_->heads_ + head);
+      return {num_tokens(), QuantStreamRows{&c_->keys_[i], &c_->config_.keys, c_->dim_},
+              QuantStreamRows{&c_->values_[i], &c_->config_.values, c_->dim_}, TokenPositions{nullptr, 0}};
+    }
+
+   private:
+    const QuantizedKvCache* c_;
+    Index layer_;
+  };
+  Source source(Index layer) const {
+    require_index(layer, layers_, "layer");
+    return Source(*this, layer);
+  }
+
+  /// Bytes held now: codes, binary16 metadata and the float tails, all layers and heads.
+  std::size_t bytes_in_use() const {
+    std::size_t b = 0;
+    for (const auto* streams : {&keys_, &values_})
+      for (const auto& s : *streams)
+        b += s.codes.size() + s.params.size() * static_cast<std::size_t>(streams == &keys_ ? config_.keys.meta_bytes()
+                                                                                           : config_.values.meta_bytes()) +
+             static_cast<std::size_t>(s.tail_tokens * dim_) * sizeof(float);
+    return b;
+  }
+
+  /// Bytes per token once quantized (codes and metadata, keys and values, all layers and heads).
+  double quantized_bytes_per_token() const {
+    return static_cast<double>(layers_ * heads_) * (stream_bytes_per_token(config_.keys) + stream_bytes_per_token(config_.values));
+  }
+  double stream_bytes_per_token(const QuantSpec& s) const {
+    return static_cast<double>(dim_) * s.bits / 8.0 + static_cast<double>(dim_) * s.meta_bytes() / static_cast<double>(s.group_size);
+  }
+
+ private:
+  static detail::QuantStream& stream(std::vector<detail::QuantStream>& v, Index layer, Index head, Index heads) {
+    return v[static_cast<std::size_t>(layer * heads + head)];
+  }
+  detail::QuantStream& stream(std::vector<detail::QuantStream>& v, Index layer, Index head) {
+    return stream(v, layer, head, heads_);
+  }
+
+  void push(detail::QuantStream& s, const QuantSpec& spec, const float* row) {
+    s.tail.insert(s.tail.end(), row, row + dim_);
+    ++s.tail_tokens;
+    if (spec.axis == QuantAxis::kPerToken) {
+      while (s.tail_tokens > spec.residual) flush(s, spec, 1);
+    } else {
+      while (s.tail_tokens >= spec.residual + spec.group_size) flush(s, spec, spec.group_size);
+    }
+  }
+
+  // Quantizes the oldest n tail tokens and drops them from the tail.
+  void flush(detail::QuantStream& s, const QuantSpec& spec, Index n) {
+    const Index rb = dim_ / spec.codes_per_byte();
+    const std::size_t code_base = s.codes.size();
+    s.codes.resize(code_base + static_cast<std::size_t>(n * rb), 0);
+    std::uint8_t* codes = s.codes.data() + code_base;
+    const float* x = s.tail.data();
+    if (spec.axis == QuantAxis::kPerToken) {
+      for (Index t = 0; t < n; ++t)
+        for (Index g = 0; g < dim_ / spec.group_size; ++g) {
+          const float* grp = x + t * dim_ + g * spec.group_size;
+          const QuantParams p = choose_params(grp, spec.group_size, 1, spec);
+          s.params.push_back(p);
+          for (Index i = 0; i < spec.group_size; ++i)
+            put_code(codes + t * rb, g * spec.group_size + i, encode(grp[i], p, spec), spec.bits);
+        }
+    } else {
+      for (Index c = 0; c < dim_; ++c) {
+        const QuantParams p = choose_params(x + c, n, dim_, spec);
+        s.params.push_back(p);
+        for (Index t = 0; t < n; ++t) put_code(codes + t * rb, c, encode(x[t * dim_ + c], p, spec), spec.bits);
+      }
+    }
+    s.tail.erase(s.tail.begin(), s.tail.begin() + static_cast<std::ptrdiff_t>(n * dim_));
+    s.tail_tokens -= n;
+    s.quantized += n;
+  }
+
+  Index layers_, heads_, dim_;
+  KvQuantConfig config_;
+  std::vector<detail::QuantStream> keys_, values_;
+  std::vector<Index> length_;
+};
+
+}  // namespace inferkit
