@@ -13,6 +13,7 @@
 // Presets (KIVI: Liu et al. 2024): int8, int4, kivi4, kivi2 (see quant_presets()).
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -22,8 +23,13 @@
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/convert.hpp"
 #include "inferkit/core/error.hpp"
+#include "inferkit/core/simd.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/kv/quant_codec.hpp"
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace inferkit {
 
@@ -48,6 +54,22 @@ inline KvQuantConfig kv_quant_preset(const std::string& name) {
 
 namespace detail {
 
+// Byte -> its codes as floats, low bits first: two 4-bit codes or four 2-bit codes per byte.
+inline const std::array<float, 512> kNibbleTable = [] {
+  std::array<float, 512> t{};
+  for (int b = 0; b < 256; ++b) {
+    t[static_cast<std::size_t>(2 * b)] = static_cast<float>(b & 15);
+    t[static_cast<std::size_t>(2 * b + 1)] = static_cast<float>(b >> 4);
+  }
+  return t;
+}();
+inline const std::array<float, 1024> kCrumbTable = [] {
+  std::array<float, 1024> t{};
+  for (int b = 0; b < 256; ++b)
+    for (int j = 0; j < 4; ++j) t[static_cast<std::size_t>(4 * b + j)] = static_cast<float>((b >> (2 * j)) & 3);
+  return t;
+}();
+
 /// One stream (keys or values of one layer and KV head).
 struct QuantStream {
   std::vector<std::uint8_t> codes;  // quantized rows, token-major, row_bytes each
@@ -71,6 +93,11 @@ struct QuantStreamRows {
     const Index q = stream->quantized;
     if (first >= q && allow_in_place)  // the whole range is in the tail: read it where it is
       return {stream->tail.data() + (first - q) * d, d};
+    const QuantSpec& s = *spec;
+    const Index rb = row_bytes(), groups = d / s.group_size;  // divisions hoisted out of the row loop
+    const float offset = static_cast<float>(s.offset());
+    std::vector<float> step, zero;  // per-channel parameters of the current token group
+    Index params_group = -1, group_end = 0;
     for (Index r = 0; r < count; ++r) {
       const Index t = first + r;
       float* out = scratch + r * stride;
@@ -78,19 +105,29 @@ struct QuantStreamRows {
         std::memcpy(out, stream->tail.data() + (t - q) * d, static_cast<std::size_t>(d) * sizeof(float));
         continue;
       }
-      const std::uint8_t* codes = stream->codes.data() + t * row_bytes();
-      const QuantSpec& s = *spec;
+      codes_to_float(stream->codes.data() + t * rb, d, s.bits, out);
       if (s.axis == QuantAxis::kPerToken) {
-        const QuantParams* p = stream->params.data() + t * (d / s.group_size);
-        for (Index g = 0; g < d / s.group_size; ++g) {
-          const float step = to_float(p[g].step), zero = p[g].zero(s);
-          const Index base = g * s.group_size;
-          decode_run(codes, base, s.group_size, step, zero, out + base);
+        const QuantParams* p = stream->params.data() + t * groups;
+        for (Index g = 0; g < groups; ++g) {
+          const float st = to_float(p[g].step);
+          scale_shift(out + g * s.group_size, s.group_size, st, s.symmetric ? -offset * st : to_float(p[g].min));
         }
       } else {
-        const QuantParams* p = stream->params.data() + (t / s.group_size) * d;
-        for (Index c = 0; c < d; ++c)
-          out[c] = static_cast<float>(get_code(codes, c, s.bits)) * to_float(p[c].step) + p[c].zero(s);
+        if (t >= group_end) {  // decode the group's binary16 parameters once
+          params_group = t / s.group_size;
+          group_end = (params_group + 1) * s.group_size;
+          const QuantParams* p = stream->params.data() + params_group * d;
+          step.resize(static_cast<std::size_t>(d));
+          zero.resize(static_cast<std::size_t>(d));
+          for (Index c = 0; c < d; ++c) {
+            step[c] = to_float(p[c].step);
+            zero[c] = p[c].zero(s);
+          }
+        }
+        std::size_t c = 0;
+        for (; c + simd::kWidth <= static_cast<std::size_t>(d); c += simd::kWidth)
+          simd::store(out + c, simd::fma(simd::load(out + c), simd::load(step.data() + c), simd::load(zero.data() + c)));
+        for (; c < static_cast<std::size_t>(d); ++c) out[c] = out[c] * step[c] + zero[c];
       }
     }
     return {scratch, stride};
@@ -99,21 +136,45 @@ struct QuantStreamRows {
   static constexpr double bytes_per_token(Index) { return 0.0; }  // see QuantizedKvCache::bytes_in_use
 
  private:
-  void decode_run(const std::uint8_t* codes, Index base, Index n, float step, float zero, float* out) const {
-    if (spec->bits == 8) {
-      const std::uint8_t* c = codes + base;
-      for (Index i = 0; i < n; ++i) out[i] = static_cast<float>(c[i]) * step + zero;
-    } else if (spec->bits == 4) {
-      const std::uint8_t* c = codes + base / 2;
-      for (Index i = 0; i < n / 2; ++i) {
-        out[2 * i] = static_cast<float>(c[i] & 0xF) * step + zero;
-        out[2 * i + 1] = static_cast<float>(c[i] >> 4) * step + zero;
+  // Unpacks n codes (n a multiple of the codes per byte) to floats. 8- and 4-bit codes widen in
+  // SIMD registers where the ISA allows; otherwise one table lookup per byte.
+  static void codes_to_float(const std::uint8_t* codes, Index n, int bits, float* out) {
+    Index i = 0;
+#if defined(__AVX512F__)
+    if (bits == 8) {
+      for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)))));
+    } else if (bits == 4) {
+      const __m128i low = _mm_set1_epi8(0x0F);
+      for (; i + 16 <= n; i += 16) {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2));
+        const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+        _mm512_storeu_ps(out + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))));
       }
-    } else {
-      const std::uint8_t* c = codes + base / 4;
-      for (Index i = 0; i < n / 4; ++i)
-        for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<float>((c[i] >> (2 * j)) & 3) * step + zero;
     }
+#elif defined(__AVX2__)
+    if (bits == 8) {
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)))));
+    }
+#endif
+    if (bits == 8) {
+      for (; i < n; ++i) out[i] = static_cast<float>(codes[i]);
+    } else if (bits == 4) {
+      const float* lut = detail::kNibbleTable.data();
+      for (; i < n; i += 2) std::memcpy(out + i, lut + 2 * codes[i / 2], 2 * sizeof(float));
+    } else {
+      const float* lut = detail::kCrumbTable.data();
+      for (; i < n; i += 4) std::memcpy(out + i, lut + 4 * codes[i / 4], 4 * sizeof(float));
+    }
+  }
+  static void scale_shift(float* x, Index n, float step, float zero) {
+    const simd::VecF sv = simd::broadcast(step), zv = simd::broadcast(zero);
+    Index i = 0;
+    for (; i + static_cast<Index>(simd::kWidth) <= n; i += simd::kWidth) simd::store(x + i, simd::fma(simd::load(x + i), sv, zv));
+    for (; i < n; ++i) x[i] = x[i] * step + zero;
   }
 };
 

@@ -1,0 +1,110 @@
+// Decode attention over quantized KV caches, beside the dense f32 and bf16 rows, 2 threads.
+//   attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_<scheme>   counters us, GBps (cache bytes
+//   read per second) and, for quantized schemes, err_max / err_rms of the attention output
+//   relative to the f32 result on the same data (random normal K/V with outlier key channels).
+//   attention_decode/memread/...: a SIMD sum over the same number of bytes.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "inferkit/attention/attention.hpp"
+#include "inferkit/kv/dense_cache.hpp"
+#include "inferkit/kv/quantized_cache.hpp"
+
+namespace {
+
+using inferkit::Index;
+namespace ib = inferkit::bench;
+constexpr Index kHq = 32, kHkv = 8, kD = 128, kTk = 32768;
+
+struct Data {
+  std::vector<float> k, v, q, exact;
+  Data() : k(ib::normal_floats(kTk * kHkv * kD, 1.0f, 21)), v(ib::normal_floats(kTk * kHkv * kD, 1.0f, 22)),
+           q(ib::normal_floats(kHq * kD, 1.0f, 23)), exact(kHq * kD) {
+    for (Index t = 0; t < kTk; ++t)
+      for (Index h = 0; h < kHkv; ++h)
+        for (Index c : {3, 77}) k[static_cast<std::size_t>((t * kHkv + h) * kD + c)] *= 15.0f;  // outlier channels
+    inferkit::DenseKvCache<float> f32(1, kHkv, kD, kTk, inferkit::CacheGrowth::kFixed);
+    f32.append(0, {k.data(), kTk, kHkv, kD}, {v.data(), kTk, kHkv, kD});
+    inferkit::attention(inferkit::Tensor3View<const float>(q.data(), 1, kHq, kD), f32.source(0), {exact.data(), 1, kHq, kD});
+  }
+};
+const Data& data() {
+  static const Data d;
+  return d;
+}
+
+template <class Source>
+void run_decode(benchmark::State& state, const Source& src, double bytes, const std::vector<float>* exact) {
+  const Data& d = data();
+  std::vector<float> out(kHq * kD);
+  inferkit::AttentionOptions opt;
+  opt.num_threads = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {out.data(), 1, kHq, kD}, {}, opt);
+    benchmark::ClobberMemory();
+  }
+  ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  ib::set_gbps(state, bytes);
+  if (exact) {
+    double mx = 0, sq = 0, ref = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const double e = double(out[i]) - double((*exact)[i]);
+      mx = std::max(mx, std::abs(e));
+      sq += e * e;
+      ref += double((*exact)[i]) * double((*exact)[i]);
+    }
+    state.counters["err_max"] = mx;
+    state.counters["err_rms"] = std::sqrt(sq / double(out.size()));
+    state.counters["err_rel_rms"] = std::sqrt(sq / ref);
+  }
+  ib::label_isa(state);
+}
+
+template <class T>
+void BM_dense(benchmark::State& state) {
+  const Data& d = data();
+  inferkit::DenseKvCache<T> cache(1, kHkv, kD, kTk, inferkit::CacheGrowth::kFixed);
+  cache.append(0, {d.k.data(), kTk, kHkv, kD}, {d.v.data(), kTk, kHkv, kD});
+  run_decode(state, cache.source(0), cache.bytes_per_token() * kTk, std::is_same_v<T, float> ? nullptr : &d.exact);
+}
+
+void BM_quantized(benchmark::State& state, const std::string& preset) {
+  const Data& d = data();
+  inferkit::QuantizedKvCache cache(1, kHkv, kD, inferkit::kv_quant_preset(preset));
+  cache.append(0, {d.k.data(), kTk, kHkv, kD}, {d.v.data(), kTk, kHkv, kD});
+  run_decode(state, cache.source(0), static_cast<double>(cache.bytes_in_use()), &d.exact);
+  state.counters["bits_per_element"] = cache.quantized_bytes_per_token() * 8.0 / (2.0 * kHkv * kD);
+}
+
+void BM_memread(benchmark::State& state, double bytes) {
+  std::vector<float> buf(static_cast<std::size_t>(bytes / 4), 1.0f);
+  const auto n = static_cast<std::int64_t>(buf.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    float total = 0;
+#pragma omp parallel for num_threads(2) reduction(+ : total) schedule(static)
+    for (std::int64_t c = 0; c < n; c += 65536)
+      total += inferkit::simd::sum_of(buf.data() + c, static_cast<std::size_t>(std::min<std::int64_t>(65536, n - c)));
+    benchmark::DoNotOptimize(total);
+  }
+  ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  ib::set_gbps(state, bytes);
+}
+
+BENCHMARK(BM_dense<float>)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_f32")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_dense<inferkit::BFloat16>)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_quantized, int8, "int8")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_quantized, int4, "int4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_quantized, kivi4, "kivi4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi4")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_quantized, kivi2, "kivi2")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi2")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_memread, int8, 2.0 * kTk * kHkv * kD * 8.5 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_memread, int4, 2.0 * kTk * kHkv * kD * 5.0 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
