@@ -27,8 +27,11 @@
 #include "inferkit/kv/quantized_cache.hpp"
 #include "inferkit/kv/sink_window_cache.hpp"
 
+#include "inferkit/sampling/beam_search.hpp"
 #include "inferkit/sampling/candidates.hpp"
 #include "inferkit/sampling/categorical.hpp"
+#include "inferkit/sampling/contrastive_decoding.hpp"
+#include "inferkit/sampling/contrastive_search.hpp"
 #include "inferkit/sampling/logits.hpp"
 #include "inferkit/sampling/min_p.hpp"
 #include "inferkit/sampling/no_repeat_ngram.hpp"

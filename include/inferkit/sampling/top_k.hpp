@@ -28,7 +28,8 @@ namespace detail {
 inline std::vector<TokenId> select_top_k_dense(std::span<const float> x, Index k) {
   const std::size_t n = x.size();
   std::vector<TokenId> ids;
-  std::vector<float> sample = strided_sample(x, 2048);
+  // A sample of 16 k (256 to 2048) tokens: small enough that selecting in it is cheap.
+  std::vector<float> sample = strided_sample(x, static_cast<std::size_t>(std::clamp<Index>(16 * k, 256, 2048)));
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const auto kth = [&](std::size_t r) {  // r-th largest sample logit (0-based), or -inf
     if (r >= sample.size()) return neg_inf;
@@ -36,9 +37,10 @@ inline std::vector<TokenId> select_top_k_dense(std::span<const float> x, Index k
     return sample[r];
   };
   const double expected = double(k) * double(sample.size()) / double(n);
-  const float guess = kth(static_cast<std::size_t>(expected + 3.0 * std::sqrt(expected) + 3.0));
-  const float safe = kth(static_cast<std::size_t>(k - 1));
-  for (const float t : {guess, safe, neg_inf}) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const float t = attempt == 0 ? kth(static_cast<std::size_t>(expected + 3.0 * std::sqrt(expected) + 3.0))
+                    : attempt == 1 ? kth(static_cast<std::size_t>(k - 1))
+                                   : neg_inf;
     ids.clear();
     collect_ids(x, t == neg_inf ? kLowestFinite : t, kHighest, ids);
     if (static_cast<Index>(ids.size()) >= k || t == neg_inf) break;
