@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,15 +40,18 @@ struct KvQuantConfig {
 };
 
 /// Named presets: int8 (per-token symmetric, group 32), int4 (per-token asymmetric, group 32),
-/// kivi4 / kivi2 (keys per-channel, values per-token, asymmetric, group 32, residual 32).
-inline KvQuantConfig kv_quant_preset(const std::string& name) {
-  const QuantSpec int8{8, true, 32, QuantAxis::kPerToken, 0};
-  const QuantSpec int4{4, false, 32, QuantAxis::kPerToken, 0};
+/// kivi4 / kivi2 (keys per-channel over 32 tokens, values per-token, asymmetric, residual 32).
+/// Per-token groups run along head_dim: with `head_dim` given, a group is gcd(32, head_dim)
+/// values so small heads (e.g. 8) still divide into whole groups.
+inline KvQuantConfig kv_quant_preset(const std::string& name, Index head_dim = 0) {
+  const Index g = head_dim > 0 ? std::gcd<Index>(32, head_dim) : 32;
+  const QuantSpec int8{8, true, g, QuantAxis::kPerToken, 0};
+  const QuantSpec int4{4, false, g, QuantAxis::kPerToken, 0};
   if (name == "int8") return {int8, int8};
   if (name == "int4") return {int4, int4};
   if (name == "kivi4" || name == "kivi2") {
     const int b = name == "kivi4" ? 4 : 2;
-    return {QuantSpec{b, false, 32, QuantAxis::kPerChannel, 32}, QuantSpec{b, false, 32, QuantAxis::kPerToken, 32}};
+    return {QuantSpec{b, false, 32, QuantAxis::kPerChannel, 32}, QuantSpec{b, false, g, QuantAxis::kPerToken, 32}};
   }
   throw_invalid_argument("kv_quant", name, "must be one of int8, int4, kivi4, kivi2");
 }

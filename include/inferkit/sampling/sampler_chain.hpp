@@ -131,6 +131,7 @@ class SamplerChain {
   // ---- presets --------------------------------------------------------------------------
 
   static SamplerChain inferkit_default(const SamplingParams& p) {
+    validate(p);
     SamplerChain c;
     c.add_penalties(p);
     if (p.temperature != 1.0f) c.add(Temperature{p.temperature});
@@ -145,6 +146,7 @@ class SamplerChain {
   static SamplerChain huggingface(const SamplingParams& p) { return inferkit_default(p); }
 
   static SamplerChain llama_cpp(const SamplingParams& p) {
+    validate(p);
     SamplerChain c;
     c.add_penalties(p);
     if (p.top_k > 0) c.add(TopK{p.top_k});
@@ -184,6 +186,15 @@ class SamplerChain {
     }
   }
 
+  /// Every preset parameter is checked, including those whose stage would be left out.
+  static void validate(const SamplingParams& p) {
+    validate_temperature(p.temperature);
+    validate_top_p(p.top_p, p.min_keep);
+    validate_min_p(p.min_p, p.min_keep);
+    validate_typical(p.typical_p, p.min_keep);
+    validate(RepetitionPenalty{p.repetition_penalty});
+    validate(FrequencyPresencePenalty{p.frequency_penalty, p.presence_penalty});
+  }
   static void validate(const Temperature& q) { validate_temperature(q.value); }
   static void validate(const TopK&) {}
   static void validate(const TopP& q) { validate_top_p(q.p, q.min_keep); }

@@ -1,0 +1,300 @@
+#pragma once
+// A llama2.c-format model runner built from inferkit. The model itself (weights, RMSNorm,
+// matmuls with Eigen, SwiGLU, the layer loop) lives here, as it would in your own code; every
+// attention, KV cache and decoding step is an inferkit call.
+//
+// Checkpoint format (llama2.c legacy, version 0, float32): 7 int32 (dim, hidden_dim, n_layers,
+// n_heads, n_kv_heads, vocab_size -- negative means an unshared classifier --, seq_len), then
+// token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, two unused RoPE
+// tables (seq_len * head_size / 2 floats each), and the classifier if unshared. Matrices are
+// row-major (out x in). RoPE: adjacent pairs, base 10000, computed from the position.
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <inferkit/inferkit.hpp>
+
+namespace llama2c {
+
+using inferkit::Index;
+using inferkit::TokenId;
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<const RowMatrix>;
+using VectorMap = Eigen::Map<const Eigen::VectorXf>;
+
+struct Config {
+  int dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, seq_len = 0;
+  bool shared_classifier = true;
+  int head_size() const { return dim / n_heads; }
+  int kv_dim() const { return head_size() * n_kv_heads; }
+};
+
+/// The weights, owned in one float buffer; matrices are Eigen maps into it.
+class Model {
+ public:
+  static Model load(const std::string& path) {
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    if (!f) throw std::invalid_argument("llama2c: cannot open model file '" + path + "'");
+    const auto bytes = static_cast<std::size_t>(f.tellg());
+    f.seekg(0);
+    if (bytes < 7 * sizeof(std::int32_t))
+      throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) + " bytes, no header");
+    std::int32_t h[7];
+    f.read(reinterpret_cast<char*>(h), sizeof(h));
+    Config c{h[0], h[1], h[2], h[3], h[4], std::abs(h[5]), h[6], h[5] > 0};
+    validate(c, path);
+    Model m(c);
+    const std::size_t need = m.data_.size() * sizeof(float) + sizeof(h);
+    if (bytes < need)
+      throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) +
+                                  " bytes, the header's shape needs " + std::to_string(need));
+    if (bytes > need)
+      throw std::invalid_argument("llama2c: model file '" + path + "' has " + std::to_string(bytes - need) +
+                                  " unexpected trailing bytes for its header's shape (not a version-0 float32 checkpoint?)");
+    f.read(reinterpret_cast<char*>(m.data_.data()), static_cast<std::streamsize>(m.data_.size() * sizeof(float)));
+    m.map();
+    return m;
+  }
+
+  /// A model of any shape with random weights (normal, scaled by 1/sqrt(fan-in)).
+  static Model random(Config c, std::uint64_t seed) {
+    validate(c, "random model");
+    Model m(c);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& x : m.data_) x = nd(rng) * 0.25f;
+    m.map();
+    for (int l = 0; l < c.n_layers; ++l) {  // norms near 1 keep activations tame
+      for (int i = 0; i < c.dim; ++i) {
+        m.rms_att_[static_cast<std::size_t>(l * c.dim + i)] = 1.0f;
+        m.rms_ffn_[static_cast<std::size_t>(l * c.dim + i)] = 1.0f;
+      }
+    }
+    for (int i = 0; i < c.dim; ++i) m.rms_final_[static_cast<std::size_t>(i)] = 1.0f;
+    return m;
+  }
+
+  void save(const std::string& path) const {
+    std::ofstream f(path, std::ios::binary);
+    if (!f) throw std::invalid_argument("llama2c: cannot write '" + path + "'");
+    const std::int32_t h[7] = {c_.dim, c_.hidden_dim, c_.n_layers, c_.n_heads, c_.n_kv_heads,
+                               c_.shared_classifier ? c_.vocab_size : -c_.vocab_size, c_.seq_len};
+    f.write(reinterpret_cast<const char*>(h), sizeof(h));
+    f.write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(data_.size() * sizeof(float)));
+  }
+
+  const Config& config() const { return c_; }
+
+  // Weight views.
+  const float* embedding(TokenId t) const { return data_.data() + static_cast<std::size_t>(t) * c_.dim; }
+  VectorMap rms_att(int l) const { return VectorMap(rms_att_ + l * c_.dim, c_.dim); }
+  VectorMap rms_ffn(int l) const { return VectorMap(rms_ffn_ + l * c_.dim, c_.dim); }
+  VectorMap rms_final() const { return VectorMap(rms_final_, c_.dim); }
+  MatrixMap wq(int l) const { return MatrixMap(wq_ + static_cast<std::size_t>(l) * c_.dim * c_.dim, c_.dim, c_.dim); }
+  MatrixMap wk(int l) const { return MatrixMap(wk_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim); }
+  MatrixMap wv(int l) const { return MatrixMap(wv_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim); }
+  MatrixMap wo(int l) const { return MatrixMap(wo_ + static_cast<std::size_t>(l) * c_.dim * c_.dim, c_.dim, c_.dim); }
+  MatrixMap w1(int l) const { return MatrixMap(w1_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim); }
+  MatrixMap w2(int l) const { return MatrixMap(w2_ + static_cast<std::size_t>(l) * c_.dim * c_.hidden_dim, c_.dim, c_.hidden_dim); }
+  MatrixMap w3(int l) const { return MatrixMap(w3_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim); }
+  MatrixMap wcls() const { return MatrixMap(wcls_, c_.vocab_size, c_.dim); }
+
+ private:
+  explicit Model(Config c) : c_(c), data_(weight_floats(c)) {}
+
+  static void validate(const Config& c, const std::string& what) {
+    const auto bad = [&](const std::string& field, long v, const std::string& rule) {
+      throw std::invalid_argument("llama2c: " + what + ": " + field + " = " + std::to_string(v) + " is invalid: " + rule);
+    };
+    if (c.dim <= 0) bad("dim", c.dim, "must be > 0");
+    if (c.hidden_dim <= 0) bad("hidden_dim", c.hidden_dim, "must be > 0");
+    if (c.n_layers <= 0) bad("n_layers", c.n_layers, "must be > 0");
+    if (c.n_heads <= 0 || c.dim % c.n_heads != 0) bad("n_heads", c.n_heads, "must be > 0 and divide dim");
+    if (c.head_size() % 2 != 0) bad("head_size", c.head_size(), "must be even for RoPE");
+    if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) bad("n_kv_heads", c.n_kv_heads, "must be > 0 and divide n_heads");
+    if (c.vocab_size <= 0) bad("vocab_size", c.vocab_size, "must be non-zero");
+    if (c.seq_len <= 0) bad("seq_len", c.seq_len, "must be > 0");
+  }
+  static std::size_t weight_floats(const Config& c) {
+    const std::size_t d = c.dim, h = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), v = c.vocab_size;
+    std::size_t n = v * d + L * d + L * d * d + 2 * L * kv * d + L * d * d + L * d + 3 * L * h * d + d +
+                    2 * static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
+    if (!c.shared_classifier) n += v * d;
+    return n;
+  }
+  void map() {
+    const std::size_t d = c_.dim, h = c_.hidden_dim, L = c_.n_layers, kv = c_.kv_dim(), v = c_.vocab_size;
+    float* p = data_.data() + v * d;
+    const auto take = [&](std::size_t n) {
+      float* q = p;
+      p += n;
+      return q;
+    };
+    rms_att_ = take(L * d);
+    wq_ = take(L * d * d);
+    wk_ = take(L * kv * d);
+    wv_ = take(L * kv * d);
+    wo_ = take(L * d * d);
+    rms_ffn_ = take(L * d);
+    w1_ = take(L * h * d);
+    w2_ = take(L * d * h);
+    w3_ = take(L * h * d);
+    rms_final_ = take(d);
+    take(2 * static_cast<std::size_t>(c_.seq_len) * (c_.head_size() / 2));  // legacy RoPE tables
+    wcls_ = c_.shared_classifier ? data_.data() : take(v * d);
+  }
+
+  Config c_;
+  std::vector<float> data_;
+  float *rms_att_ = nullptr, *wq_ = nullptr, *wk_ = nullptr, *wv_ = nullptr, *wo_ = nullptr, *rms_ffn_ = nullptr;
+  float *w1_ = nullptr, *w2_ = nullptr, *w3_ = nullptr, *rms_final_ = nullptr, *wcls_ = nullptr;
+};
+
+// ---- caches -------------------------------------------------------------------------------
+
+enum class CacheKind { kDense, kWindow, kSinkWindow };
+
+struct CacheOptions {
+  CacheKind kind = CacheKind::kDense;
+  Index window = 0, sinks = 0;
+  inferkit::PositionPolicy positions = inferkit::PositionPolicy::kOriginal;
+  std::optional<inferkit::KvQuantConfig> quant;  // dense only
+};
+
+/// The KV cache of one sequence under the chosen policy.
+class Cache {
+ public:
+  Cache(const Config& c, const CacheOptions& o) : opt_(o) {
+    const Index L = c.n_layers, H = c.n_kv_heads, D = c.head_size();
+    if (o.kind == CacheKind::kDense) {
+      if (o.quant) impl_.emplace<inferkit::QuantizedKvCache>(L, H, D, *o.quant);
+      else impl_.emplace<inferkit::DenseKvCache<float>>(L, H, D, 64);
+    } else {
+      if (o.quant) throw std::invalid_argument("llama2c: --kv-quant works with --cache dense only");
+      const Index sinks = o.kind == CacheKind::kWindow ? 0 : o.sinks;
+      impl_.emplace<inferkit::SinkWindowCache<float>>(L, H, D, sinks, o.window, o.positions,
+                                                      inferkit::RopeOptions{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0});
+    }
+  }
+
+  /// Whether keys must be stored un-rotated (rotated on read at cache positions).
+  bool rotates_on_read() const {
+    return opt_.kind != CacheKind::kDense && opt_.positions == inferkit::PositionPolicy::kCache;
+  }
+
+  void append(Index layer, const float* k, const float* v, Index tokens, Index kv_heads, Index head, std::int32_t pos) {
+    const inferkit::Tensor3View<const float> kt(k, tokens, kv_heads, head), vt(v, tokens, kv_heads, head);
+    std::visit([&](auto& c) {
+      using C = std::decay_t<decltype(c)>;
+      if constexpr (std::is_same_v<C, inferkit::SinkWindowCache<float>>) {
+        std::vector<std::int32_t> p(static_cast<std::size_t>(tokens));
+        for (Index i = 0; i < tokens; ++i) p[static_cast<std::size_t>(i)] = pos + static_cast<std::int32_t>(i);
+        c.append(layer, kt, vt, p);
+      } else {
+        c.append(layer, kt, vt);
+      }
+    }, impl_);
+  }
+
+  /// Position the newest query of a layer sits at (after its K/V were appended).
+  std::int32_t query_position(Index layer, std::int32_t pos) const {
+    if (const auto* sw = std::get_if<inferkit::SinkWindowCache<float>>(&impl_)) return sw->newest_position(layer);
+    return pos;
+  }
+
+  void attend(Index layer, const float* q, float* out, Index tokens, Index heads, Index head) const {
+    std::visit([&](const auto& c) {
+      inferkit::attention(inferkit::Tensor3View<const float>(q, tokens, heads, head), c.source(layer),
+                          inferkit::Tensor3View<float>(out, tokens, heads, head));
+    }, impl_);
+  }
+
+  void truncate(Index length) {
+    if (auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return d->truncate(length);
+    throw std::invalid_argument("llama2c: truncation (speculative decoding) needs a dense float cache");
+  }
+
+  double bytes_per_token(const Config& c) const {
+    if (const auto* q = std::get_if<inferkit::QuantizedKvCache>(&impl_)) return q->quantized_bytes_per_token();
+    return 2.0 * c.n_layers * c.kv_dim() * sizeof(float);
+  }
+
+ private:
+  CacheOptions opt_;
+  std::variant<inferkit::DenseKvCache<float>, inferkit::QuantizedKvCache, inferkit::SinkWindowCache<float>> impl_{
+      std::in_place_index<0>, 1, 1, 2, 1};
+};
+
+// ---- forward ------------------------------------------------------------------------------
+
+inline void rmsnorm(float* out, const float* x, const VectorMap& w, int n) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + 1e-5));
+  for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+/// Runs `tokens` consecutive tokens starting at position `pos` through the first `layers`
+/// layers (all when -1), appending their K/V to the cache, and writes the logits of every token
+/// to `logits` [tokens x vocab]. Each token's matmuls are the same matrix-vector products as in
+/// a one-token step, so a chunk gives the same logits as feeding its tokens one at a time.
+inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n, std::int32_t pos, float* logits,
+                    int layers = -1, float* hidden = nullptr) {
+  const Config& c = m.config();
+  const int L = layers < 0 ? c.n_layers : layers, D = c.dim, hs = c.head_size(), kvd = c.kv_dim();
+  for (Index t = 0; t < n; ++t)
+    if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
+      throw std::out_of_range("llama2c: token " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +
+                              std::to_string(c.vocab_size) + ")");
+  RowMatrix x(n, D), xb(n, D), q(n, D), k(n, kvd), v(n, kvd), att(n, D), h1(n, c.hidden_dim), h3(n, c.hidden_dim);
+  for (Index t = 0; t < n; ++t) x.row(t) = Eigen::Map<const Eigen::RowVectorXf>(m.embedding(tokens[t]), D);
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
+  for (Index t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = pos + static_cast<std::int32_t>(t);
+  const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
+  for (int l = 0; l < L; ++l) {
+    for (Index t = 0; t < n; ++t) {
+      rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_att(l), D);
+      q.row(t).noalias() = (m.wq(l) * xb.row(t).transpose()).transpose();
+      k.row(t).noalias() = (m.wk(l) * xb.row(t).transpose()).transpose();
+      v.row(t).noalias() = (m.wv(l) * xb.row(t).transpose()).transpose();
+    }
+    if (!cache.rotates_on_read())
+      inferkit::apply_rope(inferkit::Tensor3View<float>(k.data(), n, c.n_kv_heads, hs), positions, rope);
+    cache.append(l, k.data(), v.data(), n, c.n_kv_heads, hs, pos);
+    // Queries sit where the cache says the newest tokens are (cache positions in a streaming cache).
+    std::vector<std::int32_t> qpos(static_cast<std::size_t>(n));
+    const std::int32_t last = cache.query_position(l, pos + static_cast<std::int32_t>(n - 1));
+    for (Index t = 0; t < n; ++t) qpos[static_cast<std::size_t>(t)] = last - static_cast<std::int32_t>(n - 1 - t);
+    inferkit::apply_rope(inferkit::Tensor3View<float>(q.data(), n, c.n_heads, hs), qpos, rope);
+    cache.attend(l, q.data(), att.data(), n, c.n_heads, hs);
+    for (Index t = 0; t < n; ++t) {
+      x.row(t).noalias() += (m.wo(l) * att.row(t).transpose()).transpose();
+      rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_ffn(l), D);
+      h1.row(t).noalias() = (m.w1(l) * xb.row(t).transpose()).transpose();
+      h3.row(t).noalias() = (m.w3(l) * xb.row(t).transpose()).transpose();
+      for (int i = 0; i < c.hidden_dim; ++i) {
+        const float a = h1(t, i);
+        h1(t, i) = a / (1.0f + std::exp(-a)) * h3(t, i);  // SwiGLU
+      }
+      x.row(t).noalias() += (m.w2(l) * h1.row(t).transpose()).transpose();
+    }
+  }
+  for (Index t = 0; t < n; ++t) {
+    rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_final(), D);
+    if (hidden) std::copy_n(xb.row(t).data(), D, hidden + t * D);  // the last hidden state, normalized
+    Eigen::Map<Eigen::VectorXf>(logits + t * c.vocab_size, c.vocab_size).noalias() = m.wcls() * xb.row(t).transpose();
+  }
+}
+
+}  // namespace llama2c

@@ -1,0 +1,234 @@
+// inferkit-llama2c: a llama2.c-format model runner built from inferkit.
+//
+//   inferkit-llama2c generate --model M [--steps N] [--seed S] [--temperature T] [--top-k K]
+//       [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N] [--prompt-ids "1 5 9"]
+//       [--print-ids] [--beams N --length-penalty A --length-penalty-mode hf|gnmt|none]
+//       [--contrastive K --alpha A] [--draft PATH | --draft-layers N] [--draft-k K]
+//   inferkit-llama2c eval --model M --eval-ids FILE [--eval-range A:B]
+//       [--cache dense|window|sink-window] [--window W] [--sinks N] [--positions original|cache]
+//       [--kv-quant none|int8|int4|kivi4|kivi2] [--kv-quant-k ...] [--kv-quant-v ...]
+//   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
+//       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
+// Generation starts from BOS = 1 like llama2.c; tokens per second go to stderr.
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runner.hpp"
+
+namespace {
+
+using llama2c::Index;
+using llama2c::TokenId;
+
+// --flag value pairs (and bare switches) after the subcommand, checked against a known set.
+class Args {
+ public:
+  Args(int argc, char** argv, int first, const std::set<std::string>& values, const std::set<std::string>& switches) {
+    for (int i = first; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (switches.count(a)) {
+        flags_[a] = "1";
+      } else if (values.count(a)) {
+        if (i + 1 >= argc) throw std::invalid_argument("flag " + a + " needs a value");
+        flags_[a] = argv[++i];
+      } else {
+        throw std::invalid_argument("unknown flag '" + a + "'");
+      }
+    }
+  }
+  bool has(const std::string& f) const { return flags_.count(f) != 0; }
+  std::string str(const std::string& f, const std::string& def = "") const { return has(f) ? flags_.at(f) : def; }
+  long integer(const std::string& f, long def) const {
+    if (!has(f)) return def;
+    try {
+      std::size_t used = 0;
+      const long v = std::stol(flags_.at(f), &used);
+      if (used == flags_.at(f).size()) return v;
+    } catch (const std::exception&) {
+    }
+    throw std::invalid_argument(f + " = '" + flags_.at(f) + "' is invalid: must be an integer");
+  }
+  float real(const std::string& f, float def) const {
+    if (!has(f)) return def;
+    try {
+      std::size_t used = 0;
+      const float v = std::stof(flags_.at(f), &used);
+      if (used == flags_.at(f).size()) return v;
+    } catch (const std::exception&) {
+    }
+    throw std::invalid_argument(f + " = '" + flags_.at(f) + "' is invalid: must be a number");
+  }
+
+ private:
+  std::map<std::string, std::string> flags_;
+};
+
+std::vector<TokenId> parse_ids(const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  std::vector<TokenId> ids;
+  std::string tok;
+  while (in >> tok) {
+    try {
+      std::size_t used = 0;
+      const long v = std::stol(tok, &used);
+      if (used != tok.size()) throw std::invalid_argument("");
+      ids.push_back(static_cast<TokenId>(v));
+    } catch (const std::exception&) {
+      throw std::invalid_argument(what + ": '" + tok + "' is not a token id");
+    }
+  }
+  return ids;
+}
+
+void print_ids(const std::vector<TokenId>& ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? " " : "", ids[i]);
+  std::printf("\n");
+}
+
+// --kv-quant sets keys and values; --kv-quant-k / --kv-quant-v override one side (with no
+// --kv-quant, both sides must then be given).
+std::optional<inferkit::KvQuantConfig> quant_config(const Args& a, Index head_dim) {
+  const std::string both = a.str("--kv-quant", "none");
+  const bool k = a.has("--kv-quant-k"), v = a.has("--kv-quant-v");
+  if (both == "none" && !k && !v) return std::nullopt;
+  if (both == "none" && !(k && v))
+    throw std::invalid_argument("--kv-quant-k and --kv-quant-v go together unless --kv-quant sets both sides");
+  inferkit::KvQuantConfig cfg = both == "none" ? inferkit::KvQuantConfig{} : inferkit::kv_quant_preset(both, head_dim);
+  if (k) cfg.keys = inferkit::kv_quant_preset(a.str("--kv-quant-k"), head_dim).keys;
+  if (v) cfg.values = inferkit::kv_quant_preset(a.str("--kv-quant-v"), head_dim).values;
+  return cfg;
+}
+
+int cmd_generate(int argc, char** argv) {
+  const Args a(argc, argv, 2,
+               {"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
+                "--alpha", "--draft", "--draft-layers", "--draft-k"},
+               {"--print-ids"});
+  if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
+  const auto model = llama2c::Model::load(a.str("--model"));
+  const Index steps = a.integer("--steps", 256);
+  if (steps < 1) throw std::invalid_argument("--steps must be >= 1");
+  llama2c::SamplingConfig s;
+  s.temperature = a.real("--temperature", 1.0f);
+  s.top_k = a.integer("--top-k", 0);
+  s.top_p = a.real("--top-p", 1.0f);
+  s.min_p = a.real("--min-p", 0.0f);
+  s.repeat_penalty = a.real("--repeat-penalty", 1.0f);
+  s.repeat_last_n = a.integer("--repeat-last-n", 64);
+  s.seed = static_cast<std::uint64_t>(a.integer("--seed", 42));
+  llama2c::make_chain(s);  // validates the sampling parameters before any work
+  const auto prompt = parse_ids(a.str("--prompt-ids"), "--prompt-ids");
+  llama2c::GenerateStats st;
+  std::vector<TokenId> out;
+  if (a.has("--beams")) {
+    out = llama2c::generate_beam(model, prompt, steps, static_cast<Index>(a.integer("--beams", 4)),
+                                 a.real("--length-penalty", 1.0f), a.str("--length-penalty-mode", "hf"), &st);
+  } else if (a.has("--contrastive")) {
+    out = llama2c::generate_contrastive(model, prompt, steps, static_cast<Index>(a.integer("--contrastive", 4)),
+                                        a.real("--alpha", 0.6f), &st);
+  } else if (a.has("--draft") || a.has("--draft-layers")) {
+    const Index k = a.integer("--draft-k", 4);
+    if (k < 1 || k > 7) throw std::invalid_argument("--draft-k must be in [1, 7]");
+    std::optional<llama2c::Model> draft;
+    if (a.has("--draft")) draft = llama2c::Model::load(a.str("--draft"));
+    const int layers = static_cast<int>(a.integer("--draft-layers", model.config().n_layers));
+    if (!draft && (layers < 1 || layers > model.config().n_layers))
+      throw std::invalid_argument("--draft-layers must be in [1, " + std::to_string(model.config().n_layers) + "]");
+    out = llama2c::generate_speculative(model, draft ? &*draft : nullptr, layers, prompt, steps, k, s, &st);
+    std::fprintf(stderr, "speculative: acceptance %.3f, tokens per target pass %.2f (k = %ld)\n",
+                 st.drafted ? double(st.accepted) / double(st.drafted) : 0.0,
+                 st.target_passes ? double(out.size()) / double(st.target_passes) : 0.0, static_cast<long>(k));
+  } else {
+    out = llama2c::generate(model, prompt, steps, s, &st);
+  }
+  if (a.has("--print-ids")) print_ids(out);
+  std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds, double(out.size()) / st.seconds);
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv) {
+  const Args a(argc, argv, 2,
+               {"--model", "--eval-ids", "--eval-range", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
+                "--kv-quant-k", "--kv-quant-v"},
+               {});
+  if (!a.has("--model")) throw std::invalid_argument("eval needs --model PATH");
+  if (!a.has("--eval-ids")) throw std::invalid_argument("eval needs --eval-ids FILE");
+  const auto model = llama2c::Model::load(a.str("--model"));
+  std::ifstream f(a.str("--eval-ids"));
+  if (!f) throw std::invalid_argument("cannot open --eval-ids file '" + a.str("--eval-ids") + "'");
+  std::stringstream text;
+  text << f.rdbuf();
+  const auto ids = parse_ids(text.str(), "--eval-ids");
+  if (ids.size() < 2) throw std::invalid_argument("--eval-ids needs at least 2 tokens");
+  Index first = 1, last = static_cast<Index>(ids.size());
+  if (a.has("--eval-range")) {
+    const std::string r = a.str("--eval-range");
+    const auto colon = r.find(':');
+    if (colon == std::string::npos) throw std::invalid_argument("--eval-range must be A:B");
+    try {
+      if (colon > 0) first = std::stol(r.substr(0, colon));
+      if (colon + 1 < r.size()) last = std::stol(r.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw std::invalid_argument("--eval-range = '" + r + "' is invalid: must be A:B with integers");
+    }
+  }
+  llama2c::CacheOptions c;
+  const std::string kind = a.str("--cache", "dense");
+  if (kind == "dense") c.kind = llama2c::CacheKind::kDense;
+  else if (kind == "window") c.kind = llama2c::CacheKind::kWindow;
+  else if (kind == "sink-window") c.kind = llama2c::CacheKind::kSinkWindow;
+  else throw std::invalid_argument("--cache = '" + kind + "' is invalid: must be dense, window or sink-window");
+  c.window = a.integer("--window", 64);
+  c.sinks = a.integer("--sinks", 4);
+  const std::string pos = a.str("--positions", "original");
+  if (pos == "original") c.positions = inferkit::PositionPolicy::kOriginal;
+  else if (pos == "cache") c.positions = inferkit::PositionPolicy::kCache;
+  else throw std::invalid_argument("--positions = '" + pos + "' is invalid: must be original or cache");
+  c.quant = quant_config(a, model.config().head_size());
+  const auto r = llama2c::evaluate(model, ids, c, first, last);
+  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f\n", ids.size(), static_cast<long>(r.count), r.mean_nll, r.ppl());
+  return 0;
+}
+
+int cmd_make_random(int argc, char** argv) {
+  const Args a(argc, argv, 2, {"--out", "--dim", "--hidden", "--layers", "--heads", "--kv-heads", "--vocab", "--seq-len", "--seed"}, {});
+  if (!a.has("--out")) throw std::invalid_argument("make-random needs --out PATH");
+  llama2c::Config c;
+  c.dim = static_cast<int>(a.integer("--dim", 288));
+  c.hidden_dim = static_cast<int>(a.integer("--hidden", 768));
+  c.n_layers = static_cast<int>(a.integer("--layers", 6));
+  c.n_heads = static_cast<int>(a.integer("--heads", 6));
+  c.n_kv_heads = static_cast<int>(a.integer("--kv-heads", c.n_heads));
+  c.vocab_size = static_cast<int>(a.integer("--vocab", 32000));
+  c.seq_len = static_cast<int>(a.integer("--seq-len", 256));
+  llama2c::Model::random(c, static_cast<std::uint64_t>(a.integer("--seed", 1))).save(a.str("--out"));
+  std::printf("wrote %s: dim %d hidden %d layers %d heads %d kv_heads %d vocab %d seq_len %d\n", a.str("--out").c_str(),
+              c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string cmd = argc > 1 ? argv[1] : "";
+    if (cmd == "generate") return cmd_generate(argc, argv);
+    if (cmd == "eval") return cmd_eval(argc, argv);
+    if (cmd == "make-random") return cmd_make_random(argc, argv);
+    std::fprintf(stderr, "usage: inferkit-llama2c generate|eval|make-random [flags] (see the comment atop main.cpp)\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "inferkit-llama2c: %s\n", e.what());
+    return 1;
+  }
+}

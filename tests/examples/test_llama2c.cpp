@@ -1,0 +1,200 @@
+// The llama2.c runner example: against llama2.c's own reference output on a real checkpoint
+// (when INFERKIT_TEST_MODEL is set), and self-consistency checks on random models (always).
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "llama2c/runner.hpp"
+
+using llama2c::Index;
+using llama2c::TokenId;
+
+namespace {
+
+std::string test_model() {
+  const char* p = std::getenv("INFERKIT_TEST_MODEL");
+  return p ? p : "";
+}
+
+std::vector<TokenId> read_ids(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<TokenId> ids;
+  TokenId t;
+  while (f >> t) ids.push_back(t);
+  return ids;
+}
+
+// Runs the CLI and returns (exit status, stdout + stderr).
+std::pair<int, std::string> run_cli(const std::string& args) {
+  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+llama2c::Model small_random(int layers, int kv_heads, std::uint64_t seed) {
+  llama2c::Config c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = layers;
+  c.n_heads = 4;
+  c.n_kv_heads = kv_heads;
+  c.vocab_size = 300;
+  c.seq_len = 64;
+  return llama2c::Model::random(c, seed);
+}
+
+}  // namespace
+
+TEST_CASE("greedy generation reproduces llama2.c's reference ids", "[example][llama2c][model]") {
+  const std::string model = test_model();
+  if (model.empty()) {
+    WARN("INFERKIT_TEST_MODEL is not set: skipped");
+    return;
+  }
+  const auto dir = std::filesystem::path(model).parent_path();
+  const auto expect = read_ids((dir / "stories260K_greedy256.txt").string());
+  REQUIRE(expect.size() == 256);
+  const auto [status, out] = run_cli("generate --model " + model + " --temperature 0 --steps 256 --print-ids");
+  REQUIRE(status == 0);
+  // The ids line (stdout) and the speed line (stderr) arrive in either order.
+  std::istringstream lines(out);
+  std::string l;
+  std::vector<TokenId> got;
+  while (std::getline(lines, l))
+    if (!l.empty() && l.find_first_not_of("0123456789 ") == std::string::npos) {
+      std::istringstream in(l);
+      TokenId t;
+      while (in >> t) got.push_back(t);
+    }
+  CHECK(got == expect);
+}
+
+TEST_CASE("logits at the first 8 positions match llama2.c within 1e-4", "[example][llama2c][model]") {
+  const std::string model_path = test_model();
+  if (model_path.empty()) {
+    WARN("INFERKIT_TEST_MODEL is not set: skipped");
+    return;
+  }
+  const auto dir = std::filesystem::path(model_path).parent_path();
+  const auto m = llama2c::Model::load(model_path);
+  const auto ids = read_ids((dir / "stories260K_greedy256.txt").string());
+  std::ifstream f((dir / "stories260K_greedy_logits8.txt").string());
+  llama2c::Cache cache(m.config(), {});
+  std::vector<TokenId> fed{llama2c::kBos};
+  fed.insert(fed.end(), ids.begin(), ids.begin() + 7);
+  std::vector<float> logits(static_cast<std::size_t>(m.config().vocab_size));
+  double worst = 0;
+  for (std::size_t pos = 0; pos < 8; ++pos) {
+    llama2c::forward(m, cache, &fed[pos], 1, static_cast<std::int32_t>(pos), logits.data());
+    for (std::size_t v = 0; v < logits.size(); ++v) {
+      float ref = 0;
+      REQUIRE(static_cast<bool>(f >> ref));
+      worst = std::max(worst, std::abs(double(ref) - double(logits[v])));
+    }
+  }
+  INFO("largest difference " << worst);
+  CHECK(worst < 1e-4);
+}
+
+TEST_CASE("speculative greedy equals plain greedy (self-speculation and a separate draft)", "[example][llama2c]") {
+  const auto target = small_random(3, 2, 11);
+  llama2c::SamplingConfig s;
+  s.temperature = 0.0f;
+  const std::vector<TokenId> prompt{5, 9, 42};
+  const auto plain = llama2c::generate(target, prompt, 40, s);
+  for (int layers : {1, 2}) CHECK(llama2c::generate_speculative(target, nullptr, layers, prompt, 40, 4, s) == plain);
+  CHECK(llama2c::generate_speculative(target, &target, 0, prompt, 40, 3, s) == plain);
+  const auto other = small_random(2, 2, 12);
+  CHECK(llama2c::generate_speculative(target, &other, 0, prompt, 40, 5, s) == plain);
+}
+
+TEST_CASE("streaming evaluation with a dense cache equals a single-chunk prefill", "[example][llama2c]") {
+  const auto m = small_random(2, 2, 21);
+  std::vector<TokenId> ids;
+  for (int i = 0; i < 80; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % 300));
+  const auto streamed = llama2c::evaluate(m, ids, {}, 1, static_cast<Index>(ids.size()));
+  llama2c::Cache cache(m.config(), {});
+  const Index n = static_cast<Index>(ids.size());
+  std::vector<float> logits(static_cast<std::size_t>(n * 300));
+  llama2c::forward(m, cache, ids.data(), n, 0, logits.data());  // one chunk: the prefill kernel
+  double total = 0;
+  for (Index t = 0; t + 1 < n; ++t) {
+    std::span<float> row(logits.data() + t * 300, 300);
+    llama2c::log_softmax(row);
+    total -= row[static_cast<std::size_t>(ids[static_cast<std::size_t>(t + 1)])];
+  }
+  CHECK(streamed.count == n - 1);
+  CHECK(streamed.mean_nll == Approx(total / double(n - 1)).epsilon(1e-5));
+}
+
+TEST_CASE("sink + window at cache positions equals recomputing the kept tokens from scratch", "[example][llama2c]") {
+  // One layer: a token's K/V depend on the token alone, so the streaming cache's logits must
+  // equal a fresh forward pass over the kept tokens (sinks, then the window) at positions 0..n-1.
+  const auto m = small_random(1, 2, 31);
+  std::vector<TokenId> ids;
+  for (int i = 0; i < 50; ++i) ids.push_back(static_cast<TokenId>((i * 53 + 7) % 300));
+  llama2c::CacheOptions opt{llama2c::CacheKind::kSinkWindow, 16, 3, inferkit::PositionPolicy::kCache, std::nullopt};
+  llama2c::Cache stream(m.config(), opt);
+  std::vector<float> got(300), ref(300);
+  double worst = 0;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    llama2c::forward(m, stream, &ids[t], 1, static_cast<std::int32_t>(t), got.data());
+    std::vector<TokenId> kept;
+    for (std::size_t i = 0; i <= t; ++i)
+      if (i < 3 || i + 16 > t) kept.push_back(ids[i]);
+    llama2c::Cache fresh(m.config(), {});
+    std::vector<float> all(kept.size() * 300);
+    llama2c::forward(m, fresh, kept.data(), static_cast<Index>(kept.size()), 0, all.data());
+    for (std::size_t v = 0; v < 300; ++v) worst = std::max(worst, std::abs(double(got[v]) - double(all[(kept.size() - 1) * 300 + v])));
+  }
+  CHECK(worst < 1e-4);
+}
+
+TEST_CASE("bad files and bad flags give clear errors", "[example][llama2c][errors]") {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto good = (dir / "inferkit_test_good.bin").string();
+  small_random(1, 2, 1).save(good);
+  {
+    std::ifstream in(good, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream((dir / "inferkit_test_trunc.bin").string(), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    std::ofstream((dir / "inferkit_test_long.bin").string(), std::ios::binary) << bytes << "xx";
+    std::string bad = bytes;
+    bad[4 * 3] = 0;  // n_heads = 0
+    std::ofstream((dir / "inferkit_test_badheader.bin").string(), std::ios::binary) << bad;
+  }
+  CHECK_THROWS_WITH(llama2c::Model::load((dir / "inferkit_test_trunc.bin").string()), Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(llama2c::Model::load((dir / "inferkit_test_long.bin").string()), Catch::Contains("trailing bytes"));
+  CHECK_THROWS_WITH(llama2c::Model::load((dir / "inferkit_test_badheader.bin").string()), Catch::Contains("n_heads = 0"));
+  CHECK_THROWS_WITH(llama2c::Model::load((dir / "no_such_model.bin").string()), Catch::Contains("cannot open"));
+  const auto check_cli = [](const std::string& args, const std::string& message) {
+    const auto [status, out] = run_cli(args);
+    INFO(args << " -> " << out);
+    CHECK(status != 0);
+    CHECK_THAT(out, Catch::Contains(message));
+  };
+  check_cli("generate --model " + good + " --bogus 1", "unknown flag '--bogus'");
+  check_cli("generate --model " + good + " --top-p 1.5", "top_p = 1.5");
+  check_cli("generate --model " + good + " --steps x", "--steps = 'x' is invalid");
+  check_cli("generate --model " + good + " --prompt-ids \"1 400\"", "outside the vocabulary");
+  const auto ids_file = (dir / "inferkit_test_ids.txt").string();
+  std::ofstream(ids_file) << "1 5 9 12 7";
+  check_cli("eval --model " + good + " --eval-ids " + ids_file + " --cache nope", "--cache = 'nope'");
+  check_cli("eval --model " + good + " --eval-ids " + good, "is not a token id");
+  check_cli("generate", "needs --model");
+  check_cli("", "usage");
+  // And a good run through the CLI.
+  const auto [status, out] = run_cli("generate --model " + good + " --steps 5 --print-ids --temperature 0");
+  CHECK(status == 0);
+}
