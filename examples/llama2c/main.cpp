@@ -83,7 +83,10 @@ std::vector<TokenId> parse_ids(const std::string& text, const std::string& what)
       if (used != tok.size()) throw std::invalid_argument("");
       ids.push_back(static_cast<TokenId>(v));
     } catch (const std::exception&) {
-      throw std::invalid_argument(what + ": '" + tok + "' is not a token id");
+      std::string shown = tok.substr(0, 24);  // printable, short: the file may be binary
+      for (char& ch : shown)
+        if (ch < 32 || ch > 126) ch = '?';
+      throw std::invalid_argument(what + ": '" + shown + "' is not a token id");
     }
   }
   return ids;
