@@ -1,16 +1,95 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds Release (-march=native) and runs every example
-# and report, ending with the benchmarks of each fast path against its naive baseline.
+# The main job: installs what is missing, builds Release (-march=native), runs the llama2.c
+# runner (on $INFERKIT_MODEL if set, else the shared stories260K model if present, else a
+# generated stories15M-shaped model), evaluates every cache policy on its own greedy text, runs
+# the benchmarks of every fast path against its baseline, and writes build/report/report.md
+# with tables and PNG plots.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
-mkdir -p build/report
-for ex in build/release/examples/inferkit-*; do
-  [ -x "$ex" ] || continue
-  echo "=== example: $(basename "$ex")"
-  "$ex"
-done
-echo "=== benchmarks (fast path vs naive baseline in one binary; JSON in build/bench/)"
+report=build/report
+mkdir -p "$report"
+runner=build/release/examples/inferkit-llama2c
+
+model="${INFERKIT_MODEL:-}"
+if [ -z "$model" ] && [ -f ../shared/models/stories260K.bin ]; then model=../shared/models/stories260K.bin; fi
+if [ -z "$model" ]; then
+  model=$report/random-stories15M.bin
+  [ -f "$model" ] || "$runner" make-random --out "$model" --dim 288 --hidden 768 --layers 6 --heads 6 --vocab 32000 --seq-len 256
+fi
+echo "=== llama2.c runner on $model"
+echo "--- greedy (temperature 0), 64 tokens"
+"$runner" generate --model "$model" --temperature 0 --steps 64 --print-ids
+echo "--- sampled: temperature 0.8, top-p 0.9, repeat penalty 1.1"
+"$runner" generate --model "$model" --temperature 0.8 --top-p 0.9 --repeat-penalty 1.1 --steps 64 --seed 7 --print-ids
+echo "--- self-speculative (first 2 layers draft, k = 4), greedy: same ids as plain greedy"
+"$runner" generate --model "$model" --temperature 0 --steps 64 --draft-layers 2 --draft-k 4 --print-ids
+echo "--- beam search (4 beams, HF length penalty 1.0)"
+"$runner" generate --model "$model" --beams 4 --steps 32 --print-ids
+echo "--- contrastive search (k 4, alpha 0.6)"
+"$runner" generate --model "$model" --contrastive 4 --alpha 0.6 --steps 32 --print-ids
+
+echo "=== streaming evaluation of every cache policy on 256 greedy tokens"
+"$runner" generate --model "$model" --temperature 0 --steps 256 --print-ids 2>/dev/null > "$report/eval_ids.txt"
+{
+  echo "| cache policy | mean NLL | perplexity | KV bytes held |"
+  echo "|---|---|---|---|"
+} > "$report/eval.md"
+: > "$report/eval.dat"
+while IFS='|' read -r name flags; do
+  line=$("$runner" eval --model "$model" --eval-ids "$report/eval_ids.txt" $flags)
+  nll=$(echo "$line" | awk '{for (i = 1; i < NF; ++i) if ($i == "mean_nll") print $(i + 1)}')
+  ppl=$(echo "$line" | awk '{for (i = 1; i < NF; ++i) if ($i == "ppl") print $(i + 1)}')
+  bytes=$(echo "$line" | awk '{for (i = 1; i < NF; ++i) if ($i == "kv_bytes") print $(i + 1)}')
+  echo "$name: $line"
+  echo "| $name | $nll | $ppl | $bytes |" >> "$report/eval.md"
+  echo "\"$name\" $bytes $nll" >> "$report/eval.dat"
+done <<'POLICIES'
+dense f32|--cache dense
+dense int8|--cache dense --kv-quant int8
+dense int4|--cache dense --kv-quant int4
+dense kivi4|--cache dense --kv-quant kivi4
+dense kivi2|--cache dense --kv-quant kivi2
+window 128|--cache window --window 128
+sinks 4 + window 124|--cache sink-window --sinks 4 --window 124
+sinks 4 + window 124, cache positions|--cache sink-window --sinks 4 --window 124 --positions cache
+window 64|--cache window --window 64
+sinks 4 + window 60|--cache sink-window --sinks 4 --window 60
+POLICIES
+
+echo "=== benchmarks (fast path vs baseline in one binary; JSON in build/bench/)"
 scripts/bench.sh "${INFERKIT_DEMO_BENCH_FILTER:-.}" --benchmark_min_time=0.05
+
+plots=""
+if command -v gnuplot >/dev/null 2>&1; then
+  gnuplot <<GNUPLOT
+set terminal pngcairo size 900,560
+set output "$report/nll_vs_bytes.png"
+set title "Streaming evaluation: mean NLL against KV bytes held"
+set xlabel "KV cache bytes held after 256 tokens"
+set ylabel "mean NLL (nats)"
+set grid
+set key off
+plot "$report/eval.dat" using 2:3:1 with labels point pt 7 offset char 1,1 notitle
+GNUPLOT
+  plots="![NLL against KV bytes](nll_vs_bytes.png)"
+fi
+{
+  echo "# inferkit demo report"
+  echo
+  echo "Model: \`$model\`. Machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p')."
+  echo
+  echo "## Cache policies on the model's own greedy text"
+  echo
+  cat "$report/eval.md"
+  echo
+  echo "$plots"
+  echo
+  echo "## Benchmarks"
+  echo
+  echo "Raw Google Benchmark JSON: \`build/bench/*.json\`; the curated tables with ratios are in"
+  echo "\`docs/performance.md\`."
+} > "$report/report.md"
+echo "=== wrote $report/report.md"

@@ -225,9 +225,13 @@ class Cache {
     throw std::invalid_argument("llama2c: truncation (speculative decoding) needs a dense float cache");
   }
 
-  double bytes_per_token(const Config& c) const {
-    if (const auto* q = std::get_if<inferkit::QuantizedKvCache>(&impl_)) return q->quantized_bytes_per_token();
-    return 2.0 * c.n_layers * c.kv_dim() * sizeof(float);
+  /// KV bytes the cache holds now (codes, metadata and full-precision tails when quantized).
+  double bytes_held(const Config& c) const {
+    const double per_token = 2.0 * c.n_layers * c.kv_dim() * sizeof(float);
+    if (const auto* q = std::get_if<inferkit::QuantizedKvCache>(&impl_)) return static_cast<double>(q->bytes_in_use());
+    if (const auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return per_token * static_cast<double>(d->length(0));
+    const auto& w = std::get<inferkit::SinkWindowCache<float>>(impl_);
+    return per_token * static_cast<double>(w.size(0));
   }
 
  private:

@@ -199,7 +199,8 @@ int cmd_eval(int argc, char** argv) {
   else throw std::invalid_argument("--positions = '" + pos + "' is invalid: must be original or cache");
   c.quant = quant_config(a, model.config().head_size());
   const auto r = llama2c::evaluate(model, ids, c, first, last);
-  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f\n", ids.size(), static_cast<long>(r.count), r.mean_nll, r.ppl());
+  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f\n", ids.size(), static_cast<long>(r.count),
+              r.mean_nll, r.ppl(), r.kv_bytes);
   return 0;
 }
 

@@ -230,6 +230,7 @@ inline std::vector<TokenId> generate_contrastive(const Model& m, const std::vect
 struct EvalResult {
   double mean_nll = 0;
   Index count = 0;
+  double kv_bytes = 0;  // held by the cache after the last token
   double ppl() const { return std::exp(mean_nll); }
 };
 
@@ -255,6 +256,7 @@ inline EvalResult evaluate(const Model& m, const std::vector<TokenId>& ids, cons
     ++r.count;
   }
   r.mean_nll = r.count ? total / double(r.count) : 0.0;
+  r.kv_bytes = cache.bytes_held(m.config());
   return r;
 }
 
