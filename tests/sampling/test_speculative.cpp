@@ -295,3 +295,43 @@ TEST_CASE("choosing k: expected tokens per pass, speedup, online acceptance esti
   CHECK_THROWS_WITH(est.observe(5, 4), Contains("accepted = 5"));
   CHECK_THROWS_WITH(inferkit::expected_tokens_per_pass(1.5, 2), Contains("acceptance_rate = 1.5"));
 }
+
+TEST_CASE("batched verification equals verifying each sequence alone, on any thread count", "[sampling][speculative]") {
+  std::mt19937 rng(77);
+  const std::size_t v = 12;
+  std::vector<std::vector<float>> qs, ps;
+  std::vector<std::vector<TokenId>> drafts;
+  std::vector<inferkit::DraftToVerify> items;
+  for (int s = 0; s < 9; ++s) {
+    const Index k = s % 4;  // k = 0 .. 3, and s % 3 == 2 uses point-mass drafts
+    std::vector<float> q, p;
+    std::vector<TokenId> d;
+    for (Index i = 0; i < k; ++i) {
+      const Dist qi = random_dist(v, rng);
+      q.insert(q.end(), qi.begin(), qi.end());
+      d.push_back(draw(qi, 0.37 + 0.05 * double(i)));
+    }
+    for (Index i = 0; i <= k; ++i) {
+      const Dist pi = random_dist(v, rng);
+      p.insert(p.end(), pi.begin(), pi.end());
+    }
+    qs.push_back(q);
+    ps.push_back(p);
+    drafts.push_back(d);
+  }
+  for (std::size_t s = 0; s < drafts.size(); ++s) {
+    const Index k = static_cast<Index>(drafts[s].size());
+    const bool point_mass = s % 3 == 2 && k > 0;
+    items.push_back({drafts[s], point_mass ? inferkit::MatrixView<const float>() : inferkit::MatrixView<const float>(qs[s].data(), k, Index(v)),
+                     {ps[s].data(), k + 1, Index(v)}, inferkit::CounterRng(3, s), 10 * s});
+  }
+  const auto one = inferkit::verify_batch(items, {}, 1), two = inferkit::verify_batch(items, {}, 2);
+  for (std::size_t s = 0; s < items.size(); ++s) {
+    const auto& it = items[s];
+    const auto alone = (it.q.rows() == 0 && !it.draft.empty()) ? inferkit::verify_point_mass_draft(it.draft, it.p, it.rng, it.first_draw)
+                                                                : inferkit::verify_draft(it.draft, it.q, it.p, it.rng, it.first_draw);
+    CHECK(one[s].tokens == alone.tokens);
+    CHECK(two[s].tokens == alone.tokens);
+    CHECK(one[s].accepted == alone.accepted);
+  }
+}
