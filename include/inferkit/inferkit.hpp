@@ -21,8 +21,11 @@
 #include "inferkit/attention/options.hpp"
 #include "inferkit/attention/rope.hpp"
 
+#include "inferkit/kv/block_pool.hpp"
+#include "inferkit/kv/block_table.hpp"
 #include "inferkit/kv/dense_cache.hpp"
 #include "inferkit/kv/memory_planner.hpp"
+#include "inferkit/kv/prefix_trie.hpp"
 #include "inferkit/kv/quant_codec.hpp"
 #include "inferkit/kv/quantized_cache.hpp"
 #include "inferkit/kv/sink_window_cache.hpp"

@@ -1,0 +1,297 @@
+#pragma once
+// Exact-prefix reuse over paged KV blocks (in the spirit of SGLang's RadixAttention and vLLM's
+// prefix caching): a trie whose edges are whole pages of token ids, rooted at a context identity
+// (model, adapter, RoPE/config fingerprint, caller salt), so the same tokens under another
+// identity never match. Each node holds the pool block with that page's K/V (the trie retains
+// it).
+//   match(identity, tokens): the longest cached prefix (whole pages), its blocks, and a handle
+//     that pins the path (pin counts walk up to the root) until release(handle);
+//   insert(identity, tokens, blocks): after prefill, stores the full pages not cached yet;
+//   evict(n): frees the least recently used unpinned leaves, from a heap kept incrementally
+//     (a parent becomes a candidate when its last child goes), never a scan of the tree. A pinned
+//     node is never evicted; a block a sequence still holds stays alive in the pool after its
+//     node is evicted (the node only drops the trie's reference).
+// Single writer: match, insert, release and evict must not run concurrently.
+
+#include <cstdint>
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <queue>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/kv/block_pool.hpp"
+#include "inferkit/sampling/logits.hpp"
+
+namespace inferkit {
+
+struct ContextIdentity {
+  std::string model;    // model fingerprint (weights hash, name + revision, ...)
+  std::string adapter;  // LoRA / adapter fingerprint, empty for none
+  std::string config;   // RoPE and other config that changes K/V (base, scaling, dtype, ...)
+  std::uint64_t salt = 0;
+  std::string key() const {
+    return std::to_string(model.size()) + ':' + model + '|' + std::to_string(adapter.size()) + ':' + adapter + '|' +
+           std::to_string(config.size()) + ':' + config + '|' + std::to_string(salt);
+  }
+};
+
+struct PrefixTrieStats {
+  std::uint64_t lookups = 0, hits = 0, matched_tokens = 0, inserted_pages = 0, evictions = 0;
+  Index nodes = 0;  // pages cached
+};
+
+template <class T = float>
+class PrefixTrie {
+ public:
+  using NodeId = std::int32_t;
+
+  /// Pins a matched path until released (or destroyed through release()).
+  struct Handle {
+    NodeId deepest = -1;  // -1: nothing pinned
+  };
+  struct Match {
+    Index tokens = 0;             // matched prefix length (a multiple of page_size)
+    std::vector<BlockId> blocks;  // its blocks, in order
+    Handle handle;
+  };
+
+  explicit PrefixTrie(BlockPool<T>& pool) : pool_(&pool), page_(pool.page_size()) {}
+  ~PrefixTrie() {
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].alive && nodes_[i].block >= 0) pool_->release(nodes_[i].block);
+  }
+  PrefixTrie(const PrefixTrie&) = delete;
+  PrefixTrie& operator=(const PrefixTrie&) = delete;
+
+  Index page_size() const { return page_; }
+  const PrefixTrieStats& stats() const { return stats_; }
+
+  Match match(const ContextIdentity& id, std::span<const TokenId> tokens) {
+    ++stats_.lookups;
+    ++clock_;
+    Match m;
+    const auto r = roots_.find(id.key());
+    if (r == roots_.end()) return m;
+    NodeId cur = r->second;
+    for (Index p = 0; (p + 1) * page_ <= static_cast<Index>(tokens.size()); ++p) {
+      const NodeId child = find_child(cur, tokens.subspan(static_cast<std::size_t>(p * page_), static_cast<std::size_t>(page_)));
+      if (child < 0) break;
+      cur = child;
+      m.blocks.push_back(nodes_[static_cast<std::size_t>(cur)].block);
+    }
+    m.tokens = static_cast<Index>(m.blocks.size()) * page_;
+    if (m.tokens > 0) {
+      ++stats_.hits;
+      stats_.matched_tokens += static_cast<std::uint64_t>(m.tokens);
+      m.handle.deepest = cur;
+      for (NodeId n = cur; n >= 0; n = nodes_[static_cast<std::size_t>(n)].parent) {  // pin and touch the path
+        Node& node = nodes_[static_cast<std::size_t>(n)];
+        ++node.pins;
+        node.last_access = clock_;
+      }
+    }
+    return m;
+  }
+
+  /// Cached prefix length of `tokens` without pinning, touching or counting (for inspection).
+  Index peek(const ContextIdentity& id, std::span<const TokenId> tokens) const {
+    const auto r = roots_.find(id.key());
+    if (r == roots_.end()) return 0;
+    NodeId cur = r->second;
+    Index p = 0;
+    for (; (p + 1) * page_ <= static_cast<Index>(tokens.size()); ++p) {
+      cur = find_child(cur, tokens.subspan(static_cast<std::size_t>(p * page_), static_cast<std::size_t>(page_)));
+      if (cur < 0) break;
+    }
+    return p * page_;
+  }
+
+  /// Unpins a match's path; its leaves become evictable again.
+  void release(Handle& h) {
+    for (NodeId n = h.deepest; n >= 0; n = nodes_[static_cast<std::size_t>(n)].parent) {
+      Node& node = nodes_[static_cast<std::size_t>(n)];
+      require(node.pins > 0, "handle", h.deepest, "released twice");
+      --node.pins;
+      push_if_evictable(n);
+    }
+    h.deepest = -1;
+  }
+
+  /// Stores the full pages of `tokens` (with their blocks, one per page) that are not cached
+  /// yet; pages already cached keep their block. Returns the number of pages added.
+  Index insert(const ContextIdentity& id, std::span<const TokenId> tokens, std::span<const BlockId> blocks) {
+    const Index pages = static_cast<Index>(tokens.size()) / page_;
+    require(static_cast<Index>(blocks.size()) >= pages, "blocks.size()", blocks.size(),
+            "must cover every full page of tokens (" + std::to_string(pages) + ")");
+    ++clock_;
+    NodeId cur = root(id);
+    Index added = 0;
+    for (Index p = 0; p < pages; ++p) {
+      const auto page = tokens.subspan(static_cast<std::size_t>(p * page_), static_cast<std::size_t>(page_));
+      NodeId child = find_child(cur, page);
+      if (child < 0) {
+        child = new_node(cur, page, blocks[static_cast<std::size_t>(p)]);
+        ++added;
+      }
+      nodes_[static_cast<std::size_t>(child)].last_access = clock_;
+      cur = child;
+    }
+    push_if_evictable(cur);
+    stats_.inserted_pages += static_cast<std::uint64_t>(added);
+    return added;
+  }
+
+  /// Evicts up to `max_blocks` least recently used unpinned leaves; returns how many went.
+  Index evict(Index max_blocks) {
+    Index freed = 0;
+    while (freed < max_blocks && !heap_.empty()) {
+      const HeapEntry e = heap_.top();
+      heap_.pop();
+      Node& n = nodes_[static_cast<std::size_t>(e.node)];
+      if (!n.alive || n.stamp != e.stamp || !evictable(n)) continue;  // stale entry
+      remove_node(e.node);
+      ++freed;
+    }
+    stats_.evictions += static_cast<std::uint64_t>(freed);
+    return freed;
+  }
+
+  /// Allocates a block, evicting least recently used pages when the pool is full.
+  std::optional<BlockId> allocate_evicting() {
+    if (auto b = pool_->allocate()) return b;
+    while (evict(1) == 1)
+      if (auto b = pool_->allocate()) return b;
+    return std::nullopt;
+  }
+
+  Index cached_pages() const { return stats_.nodes; }
+  bool holds_block(BlockId b) const {
+    for (const Node& n : nodes_)
+      if (n.alive && n.block == b) return true;
+    return false;
+  }
+  /// Approximate bytes of trie bookkeeping (nodes, page tokens, edge index, heap).
+  std::size_t metadata_bytes() const {
+    return nodes_.capacity() * sizeof(Node) + tokens_.capacity() * sizeof(TokenId) +
+           edges_.bucket_count() * sizeof(void*) + edges_.size() * (sizeof(typename Edges::value_type) + 2 * sizeof(void*)) +
+           heap_.size() * sizeof(HeapEntry);
+  }
+
+ private:
+  struct Node {
+    NodeId parent = -1;
+    BlockId block = -1;  // -1 for a root
+    Index pins = 0, children = 0;
+    std::uint64_t last_access = 0, stamp = 0;
+    bool alive = false;
+  };
+  struct EdgeKey {
+    NodeId parent;
+    std::uint64_t hash;
+    bool operator==(const EdgeKey& o) const { return parent == o.parent && hash == o.hash; }
+  };
+  struct EdgeHash {
+    std::size_t operator()(const EdgeKey& k) const { return std::hash<std::uint64_t>()(k.hash ^ (std::uint64_t(k.parent) * 0x9E3779B97F4A7C15ull)); }
+  };
+  using Edges = std::unordered_multimap<EdgeKey, NodeId, EdgeHash>;
+  struct HeapEntry {
+    std::uint64_t last_access;
+    NodeId node;
+    std::uint64_t stamp;
+    bool operator<(const HeapEntry& o) const { return last_access > o.last_access; }  // min-heap on time
+  };
+
+  static std::uint64_t page_hash(std::span<const TokenId> page) {
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids
+    for (TokenId t : page) {
+      h ^= static_cast<std::uint32_t>(t);
+      h *= 1099511628211ull;
+    }
+    return h;
+  }
+
+  NodeId root(const ContextIdentity& id) {
+    const std::string k = id.key();
+    const auto it = roots_.find(k);
+    if (it != roots_.end()) return it->second;
+    const NodeId r = alloc_node();
+    nodes_[static_cast<std::size_t>(r)] = Node{-1, -1, 0, 0, 0, 0, true};
+    roots_.emplace(k, r);
+    return r;
+  }
+
+  NodeId find_child(NodeId parent, std::span<const TokenId> page) const {
+    const auto range = edges_.equal_range(EdgeKey{parent, page_hash(page)});
+    for (auto it = range.first; it != range.second; ++it)
+      if (std::equal(page.begin(), page.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(it->second) * page_)) return it->second;
+    return -1;
+  }
+
+  NodeId alloc_node() {
+    if (!free_nodes_.empty()) {
+      const NodeId n = free_nodes_.back();
+      free_nodes_.pop_back();
+      return n;
+    }
+    nodes_.emplace_back();
+    tokens_.resize(nodes_.size() * static_cast<std::size_t>(page_));
+    return static_cast<NodeId>(nodes_.size() - 1);
+  }
+
+  NodeId new_node(NodeId parent, std::span<const TokenId> page, BlockId block) {
+    pool_->retain(block);
+    const NodeId n = alloc_node();
+    nodes_[static_cast<std::size_t>(n)] = Node{parent, block, 0, 0, clock_, 0, true};
+    std::copy(page.begin(), page.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(n) * page_);
+    edges_.emplace(EdgeKey{parent, page_hash(page)}, n);
+    ++nodes_[static_cast<std::size_t>(parent)].children;
+    ++stats_.nodes;
+    return n;
+  }
+
+  bool evictable(const Node& n) const { return n.alive && n.block >= 0 && n.children == 0 && n.pins == 0; }
+
+  void push_if_evictable(NodeId id) {
+    Node& n = nodes_[static_cast<std::size_t>(id)];
+    if (!evictable(n)) return;
+    ++n.stamp;
+    heap_.push(HeapEntry{n.last_access, id, n.stamp});
+  }
+
+  void remove_node(NodeId id) {
+    Node& n = nodes_[static_cast<std::size_t>(id)];
+    const auto page = std::span<const TokenId>(tokens_.data() + static_cast<std::ptrdiff_t>(id) * page_, static_cast<std::size_t>(page_));
+    const auto range = edges_.equal_range(EdgeKey{n.parent, page_hash(page)});
+    for (auto it = range.first; it != range.second; ++it)
+      if (it->second == id) {
+        edges_.erase(it);
+        break;
+      }
+    pool_->release(n.block);
+    const NodeId parent = n.parent;
+    n.alive = false;
+    n.block = -1;
+    free_nodes_.push_back(id);
+    --stats_.nodes;
+    --nodes_[static_cast<std::size_t>(parent)].children;
+    push_if_evictable(parent);  // a parent whose last child went is a leaf now
+  }
+
+  BlockPool<T>* pool_;
+  Index page_;
+  std::vector<Node> nodes_;
+  std::vector<TokenId> tokens_;  // page tokens of node i at [i * page, (i + 1) * page)
+  std::vector<NodeId> free_nodes_;
+  Edges edges_;
+  std::unordered_map<std::string, NodeId> roots_;
+  std::priority_queue<HeapEntry> heap_;
+  std::uint64_t clock_ = 0;
+  PrefixTrieStats stats_;
+};
+
+}  // namespace inferkit
