@@ -7,17 +7,19 @@
 //   match(identity, tokens): the longest cached prefix (whole pages), its blocks, and a handle
 //     that pins the path (pin counts walk up to the root) until release(handle);
 //   insert(identity, tokens, blocks): after prefill, stores the full pages not cached yet;
-//   evict(n): frees the least recently used unpinned leaves, from a heap kept incrementally
-//     (a parent becomes a candidate when its last child goes), never a scan of the tree. A pinned
-//     node is never evicted; a block a sequence still holds stays alive in the pool after its
-//     node is evicted (the node only drops the trie's reference).
+//   evict(n): frees unpinned leaves in least-recently-used order from an intrusive list kept
+//     incrementally, O(1) per freed block whatever the tree size, never a scan of the tree:
+//     a new or released leaf enters as the most recent; a parent whose last child was just
+//     evicted enters as the least recent when it was last used together with that child (the
+//     usual case: it was reached through it), else as the most recent. A pinned node is never
+//     evicted; a block a sequence still holds stays alive in the pool after its node is evicted
+//     (the node only drops the trie's reference).
 // Single writer: match, insert, release and evict must not run concurrently.
 
 #include <cstdint>
 #include <algorithm>
 #include <functional>
 #include <optional>
-#include <queue>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -91,6 +93,7 @@ class PrefixTrie {
       m.handle.deepest = cur;
       for (NodeId n = cur; n >= 0; n = nodes_[static_cast<std::size_t>(n)].parent) {  // pin and touch the path
         Node& node = nodes_[static_cast<std::size_t>(n)];
+        if (linked(n)) unlink(n);  // pinned: not a candidate until released
         ++node.pins;
         node.last_access = clock_;
       }
@@ -117,7 +120,7 @@ class PrefixTrie {
       Node& node = nodes_[static_cast<std::size_t>(n)];
       require(node.pins > 0, "handle", h.deepest, "released twice");
       --node.pins;
-      push_if_evictable(n);
+      if (evictable(node)) link_back(n);
     }
     h.deepest = -1;
   }
@@ -141,7 +144,10 @@ class PrefixTrie {
       nodes_[static_cast<std::size_t>(child)].last_access = clock_;
       cur = child;
     }
-    push_if_evictable(cur);
+    if (evictable(nodes_[static_cast<std::size_t>(cur)])) {  // the path's leaf is the most recent now
+      if (linked(cur)) unlink(cur);
+      link_back(cur);
+    }
     stats_.inserted_pages += static_cast<std::uint64_t>(added);
     return added;
   }
@@ -149,12 +155,8 @@ class PrefixTrie {
   /// Evicts up to `max_blocks` least recently used unpinned leaves; returns how many went.
   Index evict(Index max_blocks) {
     Index freed = 0;
-    while (freed < max_blocks && !heap_.empty()) {
-      const HeapEntry e = heap_.top();
-      heap_.pop();
-      Node& n = nodes_[static_cast<std::size_t>(e.node)];
-      if (!n.alive || n.stamp != e.stamp || !evictable(n)) continue;  // stale entry
-      remove_node(e.node);
+    while (freed < max_blocks && lru_head_ >= 0) {
+      remove_node(lru_head_);
       ++freed;
     }
     stats_.evictions += static_cast<std::uint64_t>(freed);
@@ -175,11 +177,10 @@ class PrefixTrie {
       if (n.alive && n.block == b) return true;
     return false;
   }
-  /// Approximate bytes of trie bookkeeping (nodes, page tokens, edge index, heap).
+  /// Approximate bytes of trie bookkeeping (nodes, page tokens, edge index).
   std::size_t metadata_bytes() const {
     return nodes_.capacity() * sizeof(Node) + tokens_.capacity() * sizeof(TokenId) +
-           edges_.bucket_count() * sizeof(void*) + edges_.size() * (sizeof(typename Edges::value_type) + 2 * sizeof(void*)) +
-           heap_.size() * sizeof(HeapEntry);
+           edges_.bucket_count() * sizeof(void*) + edges_.size() * (sizeof(typename Edges::value_type) + 2 * sizeof(void*));
   }
 
  private:
@@ -187,8 +188,9 @@ class PrefixTrie {
     NodeId parent = -1;
     BlockId block = -1;  // -1 for a root
     Index pins = 0, children = 0;
-    std::uint64_t last_access = 0, stamp = 0;
-    bool alive = false;
+    std::uint64_t last_access = 0;
+    NodeId prev = -1, next = -1;  // eviction list links
+    bool alive = false, in_list = false;
   };
   struct EdgeKey {
     NodeId parent;
@@ -199,12 +201,6 @@ class PrefixTrie {
     std::size_t operator()(const EdgeKey& k) const { return std::hash<std::uint64_t>()(k.hash ^ (std::uint64_t(k.parent) * 0x9E3779B97F4A7C15ull)); }
   };
   using Edges = std::unordered_multimap<EdgeKey, NodeId, EdgeHash>;
-  struct HeapEntry {
-    std::uint64_t last_access;
-    NodeId node;
-    std::uint64_t stamp;
-    bool operator<(const HeapEntry& o) const { return last_access > o.last_access; }  // min-heap on time
-  };
 
   static std::uint64_t page_hash(std::span<const TokenId> page) {
     std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids
@@ -220,7 +216,8 @@ class PrefixTrie {
     const auto it = roots_.find(k);
     if (it != roots_.end()) return it->second;
     const NodeId r = alloc_node();
-    nodes_[static_cast<std::size_t>(r)] = Node{-1, -1, 0, 0, 0, 0, true};
+    nodes_[static_cast<std::size_t>(r)] = Node{};
+    nodes_[static_cast<std::size_t>(r)].alive = true;
     roots_.emplace(k, r);
     return r;
   }
@@ -246,7 +243,13 @@ class PrefixTrie {
   NodeId new_node(NodeId parent, std::span<const TokenId> page, BlockId block) {
     pool_->retain(block);
     const NodeId n = alloc_node();
-    nodes_[static_cast<std::size_t>(n)] = Node{parent, block, 0, 0, clock_, 0, true};
+    Node fresh;
+    fresh.parent = parent;
+    fresh.block = block;
+    fresh.last_access = clock_;
+    fresh.alive = true;
+    nodes_[static_cast<std::size_t>(n)] = fresh;
+    if (linked(parent)) unlink(parent);  // the parent has a child now
     std::copy(page.begin(), page.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(n) * page_);
     edges_.emplace(EdgeKey{parent, page_hash(page)}, n);
     ++nodes_[static_cast<std::size_t>(parent)].children;
@@ -256,15 +259,35 @@ class PrefixTrie {
 
   bool evictable(const Node& n) const { return n.alive && n.block >= 0 && n.children == 0 && n.pins == 0; }
 
-  void push_if_evictable(NodeId id) {
+  bool linked(NodeId id) const { return nodes_[static_cast<std::size_t>(id)].in_list; }
+  void unlink(NodeId id) {
     Node& n = nodes_[static_cast<std::size_t>(id)];
-    if (!evictable(n)) return;
-    ++n.stamp;
-    heap_.push(HeapEntry{n.last_access, id, n.stamp});
+    (n.prev >= 0 ? nodes_[static_cast<std::size_t>(n.prev)].next : lru_head_) = n.next;
+    (n.next >= 0 ? nodes_[static_cast<std::size_t>(n.next)].prev : lru_tail_) = n.prev;
+    n.prev = n.next = -1;
+    n.in_list = false;
+  }
+  void link_back(NodeId id) {  // as the most recently used
+    Node& n = nodes_[static_cast<std::size_t>(id)];
+    n.prev = lru_tail_;
+    n.next = -1;
+    (lru_tail_ >= 0 ? nodes_[static_cast<std::size_t>(lru_tail_)].next : lru_head_) = id;
+    lru_tail_ = id;
+    n.in_list = true;
+  }
+  void link_front(NodeId id) {  // as the least recently used
+    Node& n = nodes_[static_cast<std::size_t>(id)];
+    n.prev = -1;
+    n.next = lru_head_;
+    (lru_head_ >= 0 ? nodes_[static_cast<std::size_t>(lru_head_)].prev : lru_tail_) = id;
+    lru_head_ = id;
+    n.in_list = true;
   }
 
   void remove_node(NodeId id) {
+    if (linked(id)) unlink(id);
     Node& n = nodes_[static_cast<std::size_t>(id)];
+    const std::uint64_t time = n.last_access;
     const auto page = std::span<const TokenId>(tokens_.data() + static_cast<std::ptrdiff_t>(id) * page_, static_cast<std::size_t>(page_));
     const auto range = edges_.equal_range(EdgeKey{n.parent, page_hash(page)});
     for (auto it = range.first; it != range.second; ++it)
@@ -278,8 +301,12 @@ class PrefixTrie {
     n.block = -1;
     free_nodes_.push_back(id);
     --stats_.nodes;
-    --nodes_[static_cast<std::size_t>(parent)].children;
-    push_if_evictable(parent);  // a parent whose last child went is a leaf now
+    Node& p = nodes_[static_cast<std::size_t>(parent)];
+    --p.children;
+    if (evictable(p) && !p.in_list) {  // a parent whose last child went is a leaf now
+      if (p.last_access <= time) link_front(parent);
+      else link_back(parent);
+    }
   }
 
   BlockPool<T>* pool_;
@@ -289,7 +316,7 @@ class PrefixTrie {
   std::vector<NodeId> free_nodes_;
   Edges edges_;
   std::unordered_map<std::string, NodeId> roots_;
-  std::priority_queue<HeapEntry> heap_;
+  NodeId lru_head_ = -1, lru_tail_ = -1;  // evictable leaves, least recent first
   std::uint64_t clock_ = 0;
   PrefixTrieStats stats_;
 };
