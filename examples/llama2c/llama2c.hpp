@@ -163,13 +163,14 @@ class Model {
 
 // ---- caches -------------------------------------------------------------------------------
 
-enum class CacheKind { kDense, kWindow, kSinkWindow };
+enum class CacheKind { kDense, kWindow, kSinkWindow, kPaged };
 
 struct CacheOptions {
   CacheKind kind = CacheKind::kDense;
   Index window = 0, sinks = 0;
   inferkit::PositionPolicy positions = inferkit::PositionPolicy::kOriginal;
   std::optional<inferkit::KvQuantConfig> quant;  // dense only
+  inferkit::BlockPool<float>* pool = nullptr;    // kPaged: blocks come from this shared pool
 };
 
 /// The KV cache of one sequence under the chosen policy.
@@ -177,7 +178,10 @@ class Cache {
  public:
   Cache(const Config& c, const CacheOptions& o) : opt_(o) {
     const Index L = c.n_layers, H = c.n_kv_heads, D = c.head_size();
-    if (o.kind == CacheKind::kDense) {
+    if (o.kind == CacheKind::kPaged) {
+      if (!o.pool) throw std::invalid_argument("llama2c: a paged cache needs a block pool");
+      impl_.emplace<inferkit::BlockTable<float>>(*o.pool);
+    } else if (o.kind == CacheKind::kDense) {
       if (o.quant) impl_.emplace<inferkit::QuantizedKvCache>(L, H, D, *o.quant);
       else impl_.emplace<inferkit::DenseKvCache<float>>(L, H, D, 64);
     } else {
@@ -201,6 +205,12 @@ class Cache {
         std::vector<std::int32_t> p(static_cast<std::size_t>(tokens));
         for (Index i = 0; i < tokens; ++i) p[static_cast<std::size_t>(i)] = pos + static_cast<std::int32_t>(i);
         c.append(layer, kt, vt, p);
+      } else if constexpr (std::is_same_v<C, inferkit::BlockTable<float>>) {
+        if (layer == 0) {  // the step's tokens get their slots (all layers) before layer 0 attends
+          if (!c.reserve(tokens)) throw std::runtime_error("llama2c: the block pool is exhausted");
+          c.commit(tokens);
+        }
+        c.write_at(layer, c.num_tokens() - tokens, kt, vt);
       } else {
         c.append(layer, kt, vt);
       }
@@ -220,8 +230,12 @@ class Cache {
     }, impl_);
   }
 
+  /// The paged cache's block table (kPaged only).
+  inferkit::BlockTable<float>& table() { return std::get<inferkit::BlockTable<float>>(impl_); }
+
   void truncate(Index length) {
     if (auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return d->truncate(length);
+    if (auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) return t->truncate(length);
     throw std::invalid_argument("llama2c: truncation (speculative decoding) needs a dense float cache");
   }
 
@@ -230,13 +244,16 @@ class Cache {
     const double per_token = 2.0 * c.n_layers * c.kv_dim() * sizeof(float);
     if (const auto* q = std::get_if<inferkit::QuantizedKvCache>(&impl_)) return static_cast<double>(q->bytes_in_use());
     if (const auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return per_token * static_cast<double>(d->length(0));
+    if (const auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) return per_token * static_cast<double>(t->num_tokens());
     const auto& w = std::get<inferkit::SinkWindowCache<float>>(impl_);
     return per_token * static_cast<double>(w.size(0));
   }
 
  private:
   CacheOptions opt_;
-  std::variant<inferkit::DenseKvCache<float>, inferkit::QuantizedKvCache, inferkit::SinkWindowCache<float>> impl_{
+  std::variant<inferkit::DenseKvCache<float>, inferkit::QuantizedKvCache, inferkit::SinkWindowCache<float>,
+               inferkit::BlockTable<float>>
+      impl_{
       std::in_place_index<0>, 1, 1, 2, 1};
 };
 

@@ -11,6 +11,7 @@
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
 // Generation starts from BOS = 1 like llama2.c; tokens per second go to stderr.
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -115,7 +116,7 @@ int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
                {"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
-                "--alpha", "--draft", "--draft-layers", "--draft-k"},
+                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size"},
                {"--print-ids"});
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
   const auto model = llama2c::Model::load(a.str("--model"));
@@ -133,6 +134,29 @@ int cmd_generate(int argc, char** argv) {
   const auto prompt = parse_ids(a.str("--prompt-ids"), "--prompt-ids");
   llama2c::GenerateStats st;
   std::vector<TokenId> out;
+  if (a.has("--prompts")) {  // prefix reuse over a file of prompts, one per line
+    std::ifstream f(a.str("--prompts"));
+    if (!f) throw std::invalid_argument("cannot open --prompts file '" + a.str("--prompts") + "'");
+    std::vector<std::vector<TokenId>> prompts;
+    std::string line;
+    while (std::getline(f, line))
+      if (line.find_first_not_of(" \t\r") != std::string::npos) prompts.push_back(parse_ids(line, "--prompts"));
+    const Index page = a.integer("--page-size", 16);
+    if (page < 1) throw std::invalid_argument("--page-size must be >= 1");
+    llama2c::PrefixReuseStats ps;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto outs = llama2c::serve_prompts(model, prompts, steps, s, page, a.str("--model"), true, &ps);
+    st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const auto& o : outs) {
+      if (a.has("--print-ids")) print_ids(o);
+      out.insert(out.end(), o.begin(), o.end());
+    }
+    std::fprintf(stderr, "prefix reuse: prefill tokens computed %ld, saved %ld (%.1f%%)\n", static_cast<long>(ps.prefill_computed),
+                 static_cast<long>(ps.prefill_saved),
+                 100.0 * double(ps.prefill_saved) / double(std::max<Index>(1, ps.prefill_computed + ps.prefill_saved)));
+    std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds, double(out.size()) / st.seconds);
+    return 0;
+  }
   if (a.has("--beams")) {
     out = llama2c::generate_beam(model, prompt, steps, static_cast<Index>(a.integer("--beams", 4)),
                                  a.real("--length-penalty", 1.0f), a.str("--length-penalty-mode", "hf"), &st);

@@ -227,6 +227,61 @@ inline std::vector<TokenId> generate_contrastive(const Model& m, const std::vect
   return out;
 }
 
+struct PrefixReuseStats {
+  Index prefill_computed = 0, prefill_saved = 0;
+};
+
+/// Serves prompts in order through one block pool and prefix trie: each prompt's longest cached
+/// prefix (whole pages) is reused, only the rest is prefilled, and its full pages are cached
+/// for the next prompts. Prompts are prefilled one token at a time, so the output of a prompt
+/// does not depend on how much of it was reused.
+inline std::vector<std::vector<TokenId>> serve_prompts(const Model& m, const std::vector<std::vector<TokenId>>& prompts,
+                                                       Index steps, const SamplingConfig& s, Index page_size,
+                                                       const std::string& fingerprint, bool reuse,
+                                                       PrefixReuseStats* stats = nullptr) {
+  const Config& c = m.config();
+  Index max_tokens = 0;
+  for (const auto& p : prompts) max_tokens += static_cast<Index>(p.size()) + steps + 1;
+  inferkit::BlockPool<float> pool({c.n_layers, c.n_kv_heads, c.head_size(), page_size, max_tokens / page_size + 2 * static_cast<Index>(prompts.size()) + 8});
+  inferkit::PrefixTrie<float> trie(pool);
+  const inferkit::ContextIdentity id{fingerprint, "", "rope=adjacent,base=10000,f32"};
+  const auto chain = make_chain(s);
+  const inferkit::CounterRng rng(s.seed);
+  const Index V = c.vocab_size;
+  std::vector<std::vector<TokenId>> outs;
+  PrefixReuseStats st;
+  CacheOptions paged;
+  paged.kind = CacheKind::kPaged;
+  paged.pool = &pool;
+  for (const auto& prompt : prompts) {
+    std::vector<TokenId> seq{kBos};
+    seq.insert(seq.end(), prompt.begin(), prompt.end());
+    auto match = reuse ? trie.match(id, seq) : inferkit::PrefixTrie<float>::Match{};
+    // The last prompt token is always computed: its logits start the generation.
+    Index reused = std::min<Index>(match.tokens, (static_cast<Index>(seq.size()) - 1) / page_size * page_size);
+    Cache cache(c, paged);
+    cache.table().assign_prefix(std::span<const inferkit::BlockId>(match.blocks.data(), static_cast<std::size_t>(reused / page_size)), reused);
+    std::vector<float> logits(static_cast<std::size_t>(V));
+    for (Index t = reused; t < static_cast<Index>(seq.size()); ++t)
+      forward(m, cache, &seq[static_cast<std::size_t>(t)], 1, static_cast<std::int32_t>(t), logits.data());
+    st.prefill_saved += reused;
+    st.prefill_computed += static_cast<Index>(seq.size()) - reused;
+    if (reuse) trie.insert(id, seq, cache.table().blocks());
+    trie.release(match.handle);
+    std::vector<TokenId> out;
+    for (Index i = 0; i < steps; ++i) {
+      const TokenId next = chain.sample(logits, last_n(seq, s.repeat_last_n), rng, seq.size());
+      out.push_back(next);
+      if (i + 1 == steps) break;
+      seq.push_back(next);
+      forward(m, cache, &next, 1, static_cast<std::int32_t>(seq.size() - 1), logits.data());
+    }
+    outs.push_back(std::move(out));
+  }
+  if (stats) *stats = st;
+  return outs;
+}
+
 struct EvalResult {
   double mean_nll = 0;
   Index count = 0;

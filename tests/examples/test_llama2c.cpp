@@ -198,3 +198,27 @@ TEST_CASE("bad files and bad flags give clear errors", "[example][llama2c][error
   const auto [status, out] = run_cli("generate --model " + good + " --steps 5 --print-ids --temperature 0");
   CHECK(status == 0);
 }
+
+TEST_CASE("prefix reuse changes no output and saves the shared prefill", "[example][llama2c][prefix]") {
+  const auto m = small_random(2, 2, 41);
+  std::vector<TokenId> system;
+  for (int i = 0; i < 37; ++i) system.push_back(static_cast<TokenId>((i * 29 + 3) % 300));
+  std::vector<std::vector<TokenId>> prompts;
+  for (int p = 0; p < 5; ++p) {
+    auto q = system;
+    for (int i = 0; i < 5 + p; ++i) q.push_back(static_cast<TokenId>((p * 61 + i * 17) % 300));
+    prompts.push_back(q);
+  }
+  prompts.push_back(prompts[1]);  // an exact repeat
+  llama2c::SamplingConfig s;
+  s.temperature = 0.7f;
+  s.seed = 5;
+  llama2c::PrefixReuseStats with, without;
+  const auto reused = llama2c::serve_prompts(m, prompts, 12, s, 8, "test-model", true, &with);
+  const auto alone = llama2c::serve_prompts(m, prompts, 12, s, 8, "test-model", false, &without);
+  CHECK(reused == alone);
+  CHECK(without.prefill_saved == 0);
+  // BOS + 37 system tokens = 38: 4 whole pages of 8 are shared by prompts 2..6.
+  CHECK(with.prefill_saved >= 5 * 32);
+  CHECK(with.prefill_computed + with.prefill_saved == without.prefill_computed);
+}

@@ -109,6 +109,17 @@ class BlockTable {
     }
   }
 
+  /// Writes one layer's rows for committed tokens [first, first + k.dim0()) (models that commit
+  /// a step's tokens before running their layers).
+  void write_at(Index layer, Index first, Tensor3View<const float> k, Tensor3View<const float> v) {
+    require(first >= 0 && first + k.dim0() <= tokens_, "first", first,
+            "rows must lie within the committed tokens (" + std::to_string(tokens_) + ")");
+    const Index saved = tokens_;
+    tokens_ = first;
+    write(layer, k, v);
+    tokens_ = saved;
+  }
+
   void commit(Index n) {
     require(n >= 0 && ceil_div_(tokens_ + n, pool_->page_size()) <= static_cast<Index>(blocks_.size()), "n", n,
             "exceeds the reserved room");

@@ -203,10 +203,18 @@ class PrefixTrie {
   using Edges = std::unordered_multimap<EdgeKey, NodeId, EdgeHash>;
 
   static std::uint64_t page_hash(std::span<const TokenId> page) {
-    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the ids
-    for (TokenId t : page) {
-      h ^= static_cast<std::uint32_t>(t);
-      h *= 1099511628211ull;
+    // Two ids per 64-bit multiply-xorshift step; equality is always checked on the tokens.
+    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ page.size();
+    std::size_t i = 0;
+    for (; i + 2 <= page.size(); i += 2) {
+      h ^= static_cast<std::uint32_t>(page[i]) | (static_cast<std::uint64_t>(static_cast<std::uint32_t>(page[i + 1])) << 32);
+      h *= 0xBF58476D1CE4E5B9ull;
+      h ^= h >> 31;
+    }
+    if (i < page.size()) {
+      h ^= static_cast<std::uint32_t>(page[i]);
+      h *= 0x94D049BB133111EBull;
+      h ^= h >> 29;
     }
     return h;
   }
