@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include <inferkit/attention/reference.hpp>
 #include <inferkit/inferkit.hpp>
 
 namespace llama2c {
@@ -171,6 +172,7 @@ struct CacheOptions {
   inferkit::PositionPolicy positions = inferkit::PositionPolicy::kOriginal;
   std::optional<inferkit::KvQuantConfig> quant;  // dense only
   inferkit::BlockPool<float>* pool = nullptr;    // kPaged: blocks come from this shared pool
+  bool naive_attention = false;  // baseline runs: inferkit's fp64 reference instead of the kernels
 };
 
 /// The KV cache of one sequence under the chosen policy.
@@ -225,8 +227,10 @@ class Cache {
 
   void attend(Index layer, const float* q, float* out, Index tokens, Index heads, Index head) const {
     std::visit([&](const auto& c) {
-      inferkit::attention(inferkit::Tensor3View<const float>(q, tokens, heads, head), c.source(layer),
-                          inferkit::Tensor3View<float>(out, tokens, heads, head));
+      const inferkit::Tensor3View<const float> qv(q, tokens, heads, head);
+      const inferkit::Tensor3View<float> ov(out, tokens, heads, head);
+      if (opt_.naive_attention) inferkit::attention_reference(qv, c.source(layer), ov, {});
+      else inferkit::attention(qv, c.source(layer), ov);
     }, impl_);
   }
 

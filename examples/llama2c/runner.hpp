@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "llama2c.hpp"
+#include "inferkit/sampling/reference.hpp"
 
 namespace llama2c {
 
@@ -23,7 +24,19 @@ struct SamplingConfig {
   float repeat_penalty = 1.0f;
   Index repeat_last_n = 64;
   std::uint64_t seed = 42;
+  bool naive = false;  // baseline runs: sort-based sampling and reference attention
 };
+
+/// The sort-based reference of the default chain (the naive baseline of the benchmarks).
+inline TokenId naive_sample(std::span<float> logits, std::span<const TokenId> history, const SamplingConfig& s,
+                            const inferkit::CounterRng& rng, std::uint64_t draw) {
+  inferkit::apply_repetition_penalty(logits, history, s.repeat_penalty);
+  inferkit::reference::temperature(logits, s.temperature);
+  inferkit::reference::top_k(logits, s.top_k);
+  inferkit::reference::top_p(logits, s.top_p);
+  inferkit::reference::min_p(logits, s.min_p);
+  return inferkit::reference::draw(logits, rng.uniform_double(draw));
+}
 
 inline inferkit::SamplerChain make_chain(const SamplingConfig& s) {
   return inferkit::SamplerChain::inferkit_default({.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p,
@@ -45,7 +58,9 @@ struct GenerateStats {
 inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>& prompt, Index steps,
                                      const SamplingConfig& s, GenerateStats* stats = nullptr) {
   const auto t0 = std::chrono::steady_clock::now();
-  Cache cache(m.config(), {});
+  CacheOptions copt;
+  copt.naive_attention = s.naive;
+  Cache cache(m.config(), copt);
   std::vector<TokenId> seq{kBos};
   seq.insert(seq.end(), prompt.begin(), prompt.end());
   std::vector<float> logits(seq.size() * static_cast<std::size_t>(m.config().vocab_size));
@@ -55,7 +70,8 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
   std::vector<TokenId> out;
   std::span<float> last(logits.data() + (seq.size() - 1) * m.config().vocab_size, static_cast<std::size_t>(m.config().vocab_size));
   for (Index i = 0; i < steps; ++i) {
-    const TokenId next = chain.sample(last, last_n(seq, s.repeat_last_n), rng, seq.size());
+    const TokenId next = s.naive ? naive_sample(last, last_n(seq, s.repeat_last_n), s, rng, seq.size())
+                                 : chain.sample(last, last_n(seq, s.repeat_last_n), rng, seq.size());
     out.push_back(next);
     if (i + 1 == steps) break;
     seq.push_back(next);
