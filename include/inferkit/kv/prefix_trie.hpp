@@ -32,9 +32,9 @@
 namespace inferkit {
 
 struct ContextIdentity {
-  std::string model;    // model fingerprint (weights hash, name + revision, ...)
-  std::string adapter;  // LoRA / adapter fingerprint, empty for none
-  std::string config;   // RoPE and other config that changes K/V (base, scaling, dtype, ...)
+  std::string model{};    // model fingerprint (weights hash, name + revision, ...)
+  std::string adapter{};  // LoRA / adapter fingerprint, empty for none
+  std::string config{};   // RoPE and other config that changes K/V (base, scaling, dtype, ...)
   std::uint64_t salt = 0;
   std::string key() const {
     return std::to_string(model.size()) + ':' + model + '|' + std::to_string(adapter.size()) + ':' + adapter + '|' +

@@ -42,7 +42,7 @@ struct BeamSearchOptions {
   EarlyStopping early_stopping = EarlyStopping::kHeuristic;
   Index max_new_tokens = 32;
   Index min_new_tokens = 0;
-  std::vector<TokenId> eos_tokens;
+  std::vector<TokenId> eos_tokens{};
 };
 
 struct BeamHypothesis {

@@ -43,9 +43,9 @@ struct Typical { float mass = 1.0f; Index min_keep = 1; };
 struct RepetitionPenalty { float penalty = 1.0f; };
 struct FrequencyPresencePenalty { float frequency = 0.0f; float presence = 0.0f; };
 struct NoRepeatNgram { Index n = 0; };
-struct LogitBias { std::vector<TokenBias> biases; };
-struct BannedTokens { std::vector<TokenId> tokens; };
-struct AllowedTokens { std::vector<TokenId> tokens; };
+struct LogitBias { std::vector<TokenBias> biases{}; };
+struct BannedTokens { std::vector<TokenId> tokens{}; };
+struct AllowedTokens { std::vector<TokenId> tokens{}; };
 
 using Processor = std::variant<Temperature, TopK, TopP, MinP, Typical, RepetitionPenalty, FrequencyPresencePenalty,
                                NoRepeatNgram, LogitBias, BannedTokens, AllowedTokens>;
