@@ -168,6 +168,19 @@ inline void validate_query_output(const Tensor3View<const float>& q, const Tenso
   }
 }
 
+/// ALiBi slopes per query head: the caller's, the standard ones, or none.
+inline std::vector<float> resolve_slopes(const AttentionOptions& opt, Index num_q_heads) {
+  if (!opt.alibi_slopes.empty()) return {opt.alibi_slopes.begin(), opt.alibi_slopes.end()};
+  if (opt.alibi) return alibi_slopes(num_q_heads);
+  return {};
+}
+
+inline void validate_query_positions(const AttentionOptions& opt, Index num_queries) {
+  if (!opt.query_positions.empty())
+    require(static_cast<Index>(opt.query_positions.size()) == num_queries, "query_positions.size()",
+            opt.query_positions.size(), "must equal q.dim0() (" + std::to_string(num_queries) + ")");
+}
+
 inline float resolve_scale(const AttentionOptions& opt, Index head_dim) {
   return opt.scale ? *opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
@@ -183,12 +196,8 @@ void attention(Tensor3View<const float> q, const S& kv, Tensor3View<float> out, 
   const HeadGroups groups(q.dim1(), kv.num_kv_heads());
   detail::validate_options(opt, q.dim1());
   detail::validate_query_output(q, out, lse, kv.head_dim());
-  if (!opt.query_positions.empty())
-    require(static_cast<Index>(opt.query_positions.size()) == q.dim0(), "query_positions.size()",
-            opt.query_positions.size(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-  std::vector<float> slopes;
-  if (!opt.alibi_slopes.empty()) slopes.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
-  else if (opt.alibi) slopes = alibi_slopes(q.dim1());
+  detail::validate_query_positions(opt, q.dim0());
+  const std::vector<float> slopes = detail::resolve_slopes(opt, q.dim1());
 
   detail::SequenceProblem p;
   p.q = q;
@@ -234,12 +243,8 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
   }
   require(cu_q[batch] == q.dim0(), "cu_q.back()", cu_q[batch], "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
   require(cu_k[batch] == k.dim0(), "cu_k.back()", cu_k[batch], "must equal k.dim0() (" + std::to_string(k.dim0()) + ")");
-  if (!opt.query_positions.empty())
-    require(static_cast<Index>(opt.query_positions.size()) == q.dim0(), "query_positions.size()",
-            opt.query_positions.size(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-  std::vector<float> slopes;
-  if (!opt.alibi_slopes.empty()) slopes.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
-  else if (opt.alibi) slopes = alibi_slopes(q.dim1());
+  detail::validate_query_positions(opt, q.dim0());
+  const std::vector<float> slopes = detail::resolve_slopes(opt, q.dim1());
 
   std::vector<detail::SequenceTask<DenseKv<T>>> tasks;
   tasks.reserve(static_cast<std::size_t>(batch));

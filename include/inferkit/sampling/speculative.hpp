@@ -112,6 +112,16 @@ inline void check_prob_row(std::span<const float> row, double tolerance, const s
   (void)checked_prob_row(row, tolerance, name);
 }
 
+/// All k drafts accepted: the bonus token from p_{k+1}, with the uniform of block first + k.
+template <class Options, class Result>
+inline void draw_bonus(MatrixView<const float> p, Index k, const CounterRng& rng, std::uint64_t first_draw,
+                       const Options& opt, Result& res) {
+  const auto blk = rng.block(first_draw + static_cast<std::uint64_t>(k));
+  const BlockedRow row = checked_prob_row(p.row(k), opt.tolerance, "p[" + std::to_string(k) + "]");
+  res.tokens.push_back(row.draw(CounterRng::to_unit_double(blk[2], blk[3])));
+  res.bonus = true;
+}
+
 inline void check_draft(std::span<const TokenId> draft, Index vocab) {
   for (std::size_t i = 0; i < draft.size(); ++i)
     if (draft[i] < 0 || draft[i] >= vocab)
@@ -167,10 +177,7 @@ inline VerifyResult verify_draft(std::span<const TokenId> draft, MatrixView<cons
     res.tokens.push_back(r_row.total > 0.0 ? r_row.draw(u2) : p_row.draw(u2));
     return res;
   }
-  const auto blk = rng.block(first_draw + static_cast<std::uint64_t>(k));
-  const detail::BlockedRow bonus_row = detail::checked_prob_row(p.row(k), opt.tolerance, "p[" + std::to_string(k) + "]");
-  res.tokens.push_back(bonus_row.draw(CounterRng::to_unit_double(blk[2], blk[3])));
-  res.bonus = true;
+  detail::draw_bonus(p, k, rng, first_draw, opt, res);
   return res;
 }
 
@@ -206,10 +213,7 @@ inline VerifyResult verify_point_mass_draft(std::span<const TokenId> draft, Matr
     res.tokens.push_back(r_row.draw(CounterRng::to_unit_double(blk[2], blk[3])));
     return res;
   }
-  const auto blk = rng.block(first_draw + static_cast<std::uint64_t>(k));
-  const detail::BlockedRow bonus_row = detail::checked_prob_row(p.row(k), opt.tolerance, "p[" + std::to_string(k) + "]");
-  res.tokens.push_back(bonus_row.draw(CounterRng::to_unit_double(blk[2], blk[3])));
-  res.bonus = true;
+  detail::draw_bonus(p, k, rng, first_draw, opt, res);
   return res;
 }
 
