@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -106,5 +107,52 @@ BENCHMARK_CAPTURE(BM_quantized, kivi4, "kivi4")->Name("attention_decode/inferkit
 BENCHMARK_CAPTURE(BM_quantized, kivi2, "kivi2")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi2")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, int8, 2.0 * kTk * kHkv * kD * 8.5 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, int4, 2.0 * kTk * kHkv * kD * 5.0 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+// ---- sweep over the context length (for the report's decode-time plot) ---------------------
+// attention_decode_sweep/inferkit/<encoding>/Tk:N, 2 threads, real time per call.
+namespace {
+
+template <class MakeCache>
+void sweep(benchmark::State& state, MakeCache make) {
+  const Data& d = data();
+  const Index tk = state.range(0);
+  const auto cache = make(tk, d);
+  std::vector<float> out(kHq * kD);
+  inferkit::AttentionOptions opt;
+  opt.num_threads = 2;
+  for (auto _ : state) {
+    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), cache->source(0), {out.data(), 1, kHq, kD}, {}, opt);
+    benchmark::ClobberMemory();
+  }
+}
+
+template <class T>
+void BM_sweep_dense(benchmark::State& state) {
+  sweep(state, [](Index tk, const Data& d) {
+    auto c = std::make_unique<inferkit::DenseKvCache<T>>(1, kHkv, kD, tk, inferkit::CacheGrowth::kFixed);
+    c->append(0, {d.k.data(), tk, kHkv, kD}, {d.v.data(), tk, kHkv, kD});
+    return c;
+  });
+}
+
+void BM_sweep_quantized(benchmark::State& state, const std::string& preset) {
+  sweep(state, [&](Index tk, const Data& d) {
+    auto c = std::make_unique<inferkit::QuantizedKvCache>(1, kHkv, kD, inferkit::kv_quant_preset(preset));
+    c->append(0, {d.k.data(), tk, kHkv, kD}, {d.v.data(), tk, kHkv, kD});
+    return c;
+  });
+}
+
+void sweep_args(benchmark::internal::Benchmark* b) {
+  b->ArgName("Tk")->Arg(1024)->Arg(4096)->Arg(16384)->Arg(32768)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_sweep_dense<float>)->Name("attention_decode_sweep/inferkit/f32")->Apply(sweep_args);
+BENCHMARK(BM_sweep_dense<inferkit::BFloat16>)->Name("attention_decode_sweep/inferkit/bf16")->Apply(sweep_args);
+BENCHMARK_CAPTURE(BM_sweep_quantized, int8, "int8")->Name("attention_decode_sweep/inferkit/int8")->Apply(sweep_args);
+BENCHMARK_CAPTURE(BM_sweep_quantized, int4, "int4")->Name("attention_decode_sweep/inferkit/int4")->Apply(sweep_args);
+BENCHMARK_CAPTURE(BM_sweep_quantized, kivi4, "kivi4")->Name("attention_decode_sweep/inferkit/kivi4")->Apply(sweep_args);
 
 }  // namespace

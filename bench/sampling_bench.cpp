@@ -110,3 +110,14 @@ INFERKIT_SAMPLING_BENCH(BM_chain_inferkit, "inferkit", "chain")
 INFERKIT_SAMPLING_BENCH(BM_chain_naive, "naive", "chain")
 
 }  // namespace
+
+// ---- sweep over the vocabulary size (for the report's sampler plot) -------------------------
+// sampling_sweep/{inferkit,naive}/chain/V:N, sigma 3.
+namespace {
+void sweep_args(benchmark::internal::Benchmark* b) {
+  for (long v : {8192L, 32000L, 65536L, 128256L, 262144L}) b->Args({v, 3});
+  b->ArgNames({"V", "sigma"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_chain_inferkit)->Name("sampling_sweep/inferkit/chain")->Apply(sweep_args);
+BENCHMARK(BM_chain_naive)->Name("sampling_sweep/naive/chain")->Apply(sweep_args);
+}  // namespace

@@ -62,8 +62,38 @@ POLICIES
 echo "=== benchmarks (fast path vs baseline in one binary; JSON in build/bench/)"
 scripts/bench.sh "${INFERKIT_DEMO_BENCH_FILTER:-.}" --benchmark_min_time=0.05
 
+echo "=== sweeps for the report's plots"
+build/release/bench/inferkit-bench-kv --benchmark_filter='attention_decode_sweep' --benchmark_format=csv \
+  --benchmark_min_time=0.05 2>/dev/null > "$report/decode_sweep.csv"
+build/release/bench/inferkit-bench-sampling --benchmark_filter='sampling_sweep' --benchmark_format=csv \
+  --benchmark_min_time=0.05 2>/dev/null > "$report/sampler_sweep.csv"
+# name,iterations,real_time,...: series from the name (".../<series>/<x name>:<x>/..."), y = real_time.
+split_series() {  # csv, series field, x field, output prefix
+  awk -F, -v sf="$2" -v xf="$3" -v pre="$4" 'NR > 1 { gsub(/"/, "", $1); n = split($1, p, "/");
+    split(p[xf], x, ":"); print x[2], $3 > (pre p[sf] ".dat") }' "$1"
+}
+split_series "$report/decode_sweep.csv" 3 4 "$report/decode_"
+split_series "$report/sampler_sweep.csv" 2 4 "$report/sampler_"
+
 plots=""
 if command -v gnuplot >/dev/null 2>&1; then
+  gnuplot <<GNUPLOT
+set terminal pngcairo size 900,560
+set output "$report/decode_vs_context.png"
+set title "Decode attention (Hq 32, Hkv 8, d 128, 2 threads) against context length"
+set xlabel "cached tokens"
+set ylabel "ms per call"
+set logscale xy
+set grid
+set key left top
+plot for [e in "f32 bf16 int8 int4 kivi4"] "$report/decode_".e.".dat" using 1:2 with linespoints title e
+set output "$report/sampler_vs_vocab.png"
+set title "Sampler chain (penalty, temperature, top-k, top-p, min-p, draw) against vocabulary size"
+set xlabel "vocabulary size"
+set ylabel "µs per call"
+plot "$report/sampler_inferkit.dat" using 1:2 with linespoints title "inferkit", \
+     "$report/sampler_naive.dat" using 1:2 with linespoints title "naive (full sort)"
+GNUPLOT
   gnuplot <<GNUPLOT
 set terminal pngcairo size 900,560
 set output "$report/nll_vs_bytes.png"
@@ -86,6 +116,14 @@ fi
   cat "$report/eval.md"
   echo
   echo "$plots"
+  echo
+  echo "## Decode time against context length, per KV encoding"
+  echo
+  echo "![decode time against context](decode_vs_context.png)"
+  echo
+  echo "## Sampler time against vocabulary size"
+  echo
+  echo "![sampler time against vocabulary](sampler_vs_vocab.png)"
   echo
   echo "## Benchmarks"
   echo
