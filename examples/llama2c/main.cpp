@@ -21,9 +21,11 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runner.hpp"
+#include "tokenizer.hpp"
 
 namespace {
 
@@ -116,7 +118,7 @@ int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
                {"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
-                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size"},
+                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer"},
                {"--print-ids"});
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
   const auto model = llama2c::Model::load(a.str("--model"));
@@ -131,7 +133,11 @@ int cmd_generate(int argc, char** argv) {
   s.repeat_last_n = a.integer("--repeat-last-n", 64);
   s.seed = static_cast<std::uint64_t>(a.integer("--seed", 42));
   llama2c::make_chain(s);  // validates the sampling parameters before any work
-  const auto prompt = parse_ids(a.str("--prompt-ids"), "--prompt-ids");
+  std::optional<llama2c::Tokenizer> tok;
+  if (a.has("--tokenizer")) tok = llama2c::Tokenizer::load(a.str("--tokenizer"), model.config().vocab_size);
+  if (a.has("--prompt") && !tok) throw std::invalid_argument("--prompt needs --tokenizer (or give --prompt-ids)");
+  if (a.has("--prompt") && a.has("--prompt-ids")) throw std::invalid_argument("give --prompt or --prompt-ids, not both");
+  const auto prompt = a.has("--prompt") ? tok->encode(a.str("--prompt")) : parse_ids(a.str("--prompt-ids"), "--prompt-ids");
   llama2c::GenerateStats st;
   std::vector<TokenId> out;
   if (a.has("--prompts")) {  // prefix reuse over a file of prompts, one per line
@@ -179,6 +185,13 @@ int cmd_generate(int argc, char** argv) {
     out = llama2c::generate(model, prompt, steps, s, &st);
   }
   if (a.has("--print-ids")) print_ids(out);
+  if (tok) {  // the text, as llama2.c prints it
+    std::string text;
+    TokenId prev = llama2c::kBos;
+    for (TokenId t : prompt) text += tok->decode(std::exchange(prev, t), t);
+    for (TokenId t : out) text += tok->decode(std::exchange(prev, t), t);
+    std::printf("%s\n", text.c_str());
+  }
   std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds, double(out.size()) / st.seconds);
   return 0;
 }

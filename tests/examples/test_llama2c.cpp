@@ -11,6 +11,7 @@
 #include <string>
 
 #include "llama2c/runner.hpp"
+#include "llama2c/tokenizer.hpp"
 
 using llama2c::Index;
 using llama2c::TokenId;
@@ -193,6 +194,7 @@ TEST_CASE("bad files and bad flags give clear errors", "[example][llama2c][error
   check_cli("eval --model " + good + " --eval-ids " + ids_file + " --cache nope", "--cache = 'nope'");
   check_cli("eval --model " + good + " --eval-ids " + good, "is not a token id");
   check_cli("generate", "needs --model");
+  check_cli("generate --model " + good + " --prompt hello", "--prompt needs --tokenizer");
   check_cli("", "usage");
   // And a good run through the CLI.
   const auto [status, out] = run_cli("generate --model " + good + " --steps 5 --print-ids --temperature 0");
@@ -221,4 +223,31 @@ TEST_CASE("prefix reuse changes no output and saves the shared prefill", "[examp
   // BOS + 37 system tokens = 38: 4 whole pages of 8 are shared by prompts 2..6.
   CHECK(with.prefill_saved >= 5 * 32);
   CHECK(with.prefill_computed + with.prefill_saved == without.prefill_computed);
+}
+
+TEST_CASE("tokenizer: llama2.c BPE merges, byte fallback, decoding rules", "[example][llama2c][tokenizer]") {
+  std::vector<std::string> pieces{"<unk>", "\n<s>\n", "\n</s>\n"};
+  std::vector<float> scores{0, 0, 0};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+    pieces.push_back(buf);
+    scores.push_back(0);
+  }
+  for (const auto& [p, s] : std::vector<std::pair<std::string, float>>{{" ", -1}, {"a", -1}, {"b", -1}, {"c", -1}, {" a", -2}, {"ab", -3}, {" ab", -2.5}, {"bc", -0.5}})
+    pieces.push_back(p), scores.push_back(s);
+  const auto path = (std::filesystem::temp_directory_path() / "inferkit_test_tokenizer.bin").string();
+  llama2c::Tokenizer::save(path, pieces, scores);
+  const auto tok = llama2c::Tokenizer::load(path, static_cast<int>(pieces.size()));
+  const auto id = [&](const std::string& p) { return static_cast<TokenId>(std::find(pieces.begin(), pieces.end(), p) - pieces.begin()); };
+  // " " "a" "b" -> " a" "b" (score -2 beats "ab" -3) -> " ab" (the only merge left).
+  CHECK(tok.encode("ab") == std::vector<TokenId>{id(" ab")});
+  // " abc": "bc" (-0.5) merges first, then " a" (-2): " a" "bc".
+  CHECK(tok.encode("abc") == std::vector<TokenId>{id(" a"), id("bc")});
+  // "é" is not in the vocabulary: its two UTF-8 bytes become byte tokens.
+  CHECK(tok.encode("\xC3\xA9") == std::vector<TokenId>{id(" "), 0xC3 + 3, 0xA9 + 3});
+  CHECK(tok.decode(1, id(" ab")) == "ab");  // no leading space right after BOS
+  CHECK(tok.decode(5, id(" ab")) == " ab");
+  CHECK(tok.decode(5, 0x41 + 3) == "A");
+  CHECK_THROWS_WITH(llama2c::Tokenizer::load(path, static_cast<int>(pieces.size()) + 5), Catch::Contains("truncated"));
 }
