@@ -189,6 +189,7 @@ class PrefixTrie {
     BlockId block = -1;  // -1 for a root
     Index pins = 0, children = 0;
     std::uint64_t last_access = 0;
+    std::uint64_t hash = 0;       // of its page: eviction finds its edge without rehashing
     NodeId prev = -1, next = -1;  // eviction list links
     bool alive = false, in_list = false;
   };
@@ -255,11 +256,12 @@ class PrefixTrie {
     fresh.parent = parent;
     fresh.block = block;
     fresh.last_access = clock_;
+    fresh.hash = page_hash(page);
     fresh.alive = true;
     nodes_[static_cast<std::size_t>(n)] = fresh;
     if (linked(parent)) unlink(parent);  // the parent has a child now
     std::copy(page.begin(), page.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(n) * page_);
-    edges_.emplace(EdgeKey{parent, page_hash(page)}, n);
+    edges_.emplace(EdgeKey{parent, fresh.hash}, n);
     ++nodes_[static_cast<std::size_t>(parent)].children;
     ++stats_.nodes;
     return n;
@@ -296,8 +298,7 @@ class PrefixTrie {
     if (linked(id)) unlink(id);
     Node& n = nodes_[static_cast<std::size_t>(id)];
     const std::uint64_t time = n.last_access;
-    const auto page = std::span<const TokenId>(tokens_.data() + static_cast<std::ptrdiff_t>(id) * page_, static_cast<std::size_t>(page_));
-    const auto range = edges_.equal_range(EdgeKey{n.parent, page_hash(page)});
+    const auto range = edges_.equal_range(EdgeKey{n.parent, n.hash});
     for (auto it = range.first; it != range.second; ++it)
       if (it->second == id) {
         edges_.erase(it);
