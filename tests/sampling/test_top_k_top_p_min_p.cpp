@@ -99,3 +99,18 @@ TEST_CASE("min-p equals the sort-based definition and is inclusive", "[sampling]
   CHECK(x[3] == -INFINITY);
   CHECK_THROWS_WITH(inferkit::apply_min_p(x, 1.2f), Contains("min_p = 1.2"));
 }
+
+TEST_CASE("top-p with most tokens filtered and p close to 1 keeps only finite tokens", "[sampling][top_p]") {
+  for (std::size_t n : {100u, 5000u, 70000u}) {
+    auto x = test::random_logits(n, 77, 2.0f, false, 0.9);
+    auto ref = x;
+    inferkit::Candidates c(x);
+    inferkit::apply_top_p(c, 0.999999f);
+    bool finite_only = true;
+    c.for_each([&](inferkit::TokenId id) { finite_only = finite_only && x[static_cast<std::size_t>(id)] > -INFINITY; });
+    CHECK(finite_only);
+    c.materialize();
+    inferkit::reference::top_p(ref, 0.999999f);
+    CHECK(test::same_bits(x, ref));
+  }
+}

@@ -60,7 +60,7 @@ inline void mass_pivots(std::vector<float>& sample, float max, double fraction, 
   std::sort(sample.begin(), sample.end(), std::greater<float>());
   if (sample.empty()) {
     t_hi = std::numeric_limits<float>::infinity();
-    t_lo = -std::numeric_limits<float>::infinity();
+    t_lo = std::numeric_limits<float>::lowest();
     return;
   }
   std::vector<float> w(sample.size());
@@ -69,7 +69,8 @@ inline void mass_pivots(std::vector<float>& sample, float max, double fraction, 
   const std::size_t r = prefix_reaching(w.data(), w.size(), 0.0, fraction * total);
   const auto margin = static_cast<std::size_t>(3.0 * std::sqrt(double(r) + 1.0) + 4.0);
   t_hi = r > margin ? sample[r - margin] : std::numeric_limits<float>::infinity();
-  t_lo = r + margin < sample.size() ? sample[r + margin] : -std::numeric_limits<float>::infinity();
+  // Never below the lowest finite logit: filtered (-inf) tokens must not join the middle part.
+  t_lo = r + margin < sample.size() ? sample[r + margin] : std::numeric_limits<float>::lowest();
 }
 
 /// Masses and sizes of the parts of a set above t_hi and within [t_lo, t_hi], given logits l
