@@ -12,9 +12,11 @@
 // computes every weight and Z in the same sweep. Then one pass writes -inf after the boundary.
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
@@ -147,6 +149,56 @@ struct TokenSet {
   }
 };
 
+/// One pass over a dense row: Z and the part masses and sizes (all in double). With AVX-512
+/// the weights never leave registers: each vector widens to two double vectors that feed Z and
+/// the masked sums of the parts.
+inline void sweep_masses(std::span<const float> x, float max, float t_hi, float t_lo, double& z, PartMasses& pm) {
+  const std::size_t n = x.size();
+#if defined(__AVX512F__)
+  if constexpr (simd::kWidth == 16) {
+    __m512d z0 = _mm512_setzero_pd(), z1 = z0, h0 = z0, h1 = z0, m0 = z0, m1 = z0;
+    const __m512 vmax = _mm512_set1_ps(max), vhi = _mm512_set1_ps(t_hi), vlo = _mm512_set1_ps(t_lo);
+    std::uint64_t n_hi = 0, n_mid = 0;
+    for (std::size_t i = 0; i < n; i += 16) {
+      const auto left = static_cast<unsigned>(std::min<std::size_t>(16, n - i));
+      const __mmask16 live = static_cast<__mmask16>(left == 16 ? 0xFFFFu : (1u << left) - 1u);
+      const __m512 l = _mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), live, x.data() + i);
+      const __m512 e = simd::exp(simd::VecF(_mm512_sub_ps(l, vmax)));
+      const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+      const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+      const __mmask16 is_hi = _mm512_mask_cmp_ps_mask(live, l, vhi, _CMP_GT_OQ);
+      const __mmask16 is_mid = _mm512_mask_cmp_ps_mask(_mm512_mask_cmp_ps_mask(live, l, vlo, _CMP_GE_OQ), l, vhi, _CMP_LE_OQ);
+      z0 = _mm512_add_pd(z0, lo);
+      z1 = _mm512_add_pd(z1, hi);
+      h0 = _mm512_mask_add_pd(h0, static_cast<__mmask8>(is_hi), h0, lo);
+      h1 = _mm512_mask_add_pd(h1, static_cast<__mmask8>(is_hi >> 8), h1, hi);
+      m0 = _mm512_mask_add_pd(m0, static_cast<__mmask8>(is_mid), m0, lo);
+      m1 = _mm512_mask_add_pd(m1, static_cast<__mmask8>(is_mid >> 8), m1, hi);
+      n_hi += static_cast<std::uint64_t>(__builtin_popcount(is_hi));
+      n_mid += static_cast<std::uint64_t>(__builtin_popcount(is_mid));
+    }
+    z = _mm512_reduce_add_pd(_mm512_add_pd(z0, z1));
+    pm.hi = _mm512_reduce_add_pd(_mm512_add_pd(h0, h1));
+    pm.mid = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
+    pm.n_hi = static_cast<Index>(n_hi);
+    pm.n_mid = static_cast<Index>(n_mid);
+    return;
+  }
+#endif
+  constexpr std::size_t kBlock = 1024;
+  alignas(64) float w[kBlock];
+  for (std::size_t b0 = 0; b0 < n; b0 += kBlock) {
+    const std::size_t len = std::min(kBlock, n - b0);
+    simd::exp_shifted(x.data() + b0, w, len, max);
+    z += simd::sum_as_double(w, len);
+    const PartMasses b = part_masses(x.data() + b0, w, len, t_hi, t_lo);
+    pm.hi += b.hi;
+    pm.mid += b.mid;
+    pm.n_hi += b.n_hi;
+    pm.n_mid += b.n_mid;
+  }
+}
+
 /// Pivots from a strided sample of n logits for the boundary at `fraction` of the set's mass.
 inline void sampled_pivots(const float* l, std::size_t n, std::size_t samples, float max, double fraction,
                            float& t_hi, float& t_lo) {
@@ -159,7 +211,7 @@ inline void sampled_pivots(const float* l, std::size_t n, std::size_t samples, f
 
 /// Finds the boundary in a set contiguous in decoding order (of mass `mass`), given the mass
 /// `cum` and the count `before` of the tokens ranked before it.
-inline NucleusEnd nucleus_in(std::span<const float> x, float max, TokenSet set, double mass, double cum, double target,
+inline NucleusEnd nucleus_in(float max, TokenSet set, double mass, double cum, double target,
                              Index before) {
   while (set.size() > 512) {
     float t_hi = 0, t_lo = 0;
@@ -181,10 +233,17 @@ inline NucleusEnd nucleus_in(std::span<const float> x, float max, TokenSet set, 
       mass -= pm.hi + pm.mid;
     }
   }
-  std::vector<TokenId> rest = std::move(set.id);
-  const std::vector<float> rw = rank_with_weights(x, max, rest);
+  // Rank what is left by (logit descending, id ascending), comparing the set's own copies.
+  std::vector<std::pair<float, TokenId>> ranked(set.size());
+  for (std::size_t j = 0; j < set.size(); ++j) ranked[j] = {set.l[j], set.id[j]};
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  std::vector<float> rl(ranked.size()), rw(ranked.size());
+  for (std::size_t j = 0; j < ranked.size(); ++j) rl[j] = ranked[j].first;
+  simd::exp_shifted(rl.data(), rw.data(), rl.size(), max);
   const std::size_t keep = std::max<std::size_t>(1, prefix_reaching(rw.data(), rw.size(), cum, target));
-  return {rest[keep - 1], before + static_cast<Index>(keep)};
+  return {ranked[keep - 1].second, before + static_cast<Index>(keep)};
 }
 
 /// The first round over a dense row: every weight, Z and the part masses in one sweep; then
@@ -195,18 +254,7 @@ inline NucleusEnd nucleus_dense(std::span<const float> x, float max, float p) {
   sampled_pivots(x.data(), n, 1024, max, p, t_hi, t_lo);
   double z = 0;
   PartMasses pm;
-  constexpr std::size_t kBlock = 1024;
-  alignas(64) float w[kBlock];
-  for (std::size_t b0 = 0; b0 < n; b0 += kBlock) {
-    const std::size_t len = std::min(kBlock, n - b0);
-    simd::exp_shifted(x.data() + b0, w, len, max);
-    z += simd::sum_as_double(w, len);
-    const PartMasses b = part_masses(x.data() + b0, w, len, t_hi, t_lo);
-    pm.hi += b.hi;
-    pm.mid += b.mid;
-    pm.n_hi += b.n_hi;
-    pm.n_mid += b.n_mid;
-  }
+  sweep_masses(x, max, t_hi, t_lo, z, pm);
   const double target = double(p) * z;
   const auto gather = [&](float lo, float hi) {
     TokenSet s;
@@ -217,9 +265,9 @@ inline NucleusEnd nucleus_dense(std::span<const float> x, float max, float p) {
     simd::exp_shifted(s.l.data(), s.w.data(), s.l.size(), max);
     return s;
   };
-  if (pm.hi >= target) return nucleus_in(x, max, gather(above(t_hi), kHighest), pm.hi, 0.0, target, 0);
-  if (pm.hi + pm.mid >= target) return nucleus_in(x, max, gather(t_lo, t_hi), pm.mid, pm.hi, target, pm.n_hi);
-  return nucleus_in(x, max, gather(kLowestFinite, below(t_lo)), z - pm.hi - pm.mid, pm.hi + pm.mid, target,
+  if (pm.hi >= target) return nucleus_in(max, gather(above(t_hi), kHighest), pm.hi, 0.0, target, 0);
+  if (pm.hi + pm.mid >= target) return nucleus_in(max, gather(t_lo, t_hi), pm.mid, pm.hi, target, pm.n_hi);
+  return nucleus_in(max, gather(kLowestFinite, below(t_lo)), z - pm.hi - pm.mid, pm.hi + pm.mid, target,
                     pm.n_hi + pm.n_mid);
 }
 
