@@ -11,9 +11,9 @@
 //                    bool allow_in_place) const;
 // returning float rows [first, first + count): in place when the store holds float rows and
 // allow_in_place is true, otherwise decoded into `scratch` (count rows of scratch_stride floats).
-// `bytes_per_token(dim)` reports the storage cost of one token's row. A store of plain
-// float / Float16 / BFloat16 rows may also expose `direct_rows()` and `row_stride`, so the decode
-// kernel widens its elements in registers instead of decoding into a scratch buffer.
+// A store of plain float / Float16 / BFloat16 rows may also expose `direct_rows()` and
+// `row_stride`, so the decode kernel widens its elements in registers instead of decoding into
+// a scratch buffer.
 
 #include <concepts>
 #include <cstdint>
@@ -66,8 +66,6 @@ struct DenseRows {
 
   /// Direct access for kernels that widen T in registers: row i starts at data + i * row_stride.
   const T* direct_rows() const { return data; }
-
-  static constexpr double bytes_per_token(Index dim) { return static_cast<double>(dim) * sizeof(T); }
 };
 
 /// One block of a sequence's cache for one KV head.

@@ -137,8 +137,6 @@ struct QuantStreamRows {
     return {scratch, stride};
   }
 
-  static constexpr double bytes_per_token(Index) { return 0.0; }  // see QuantizedKvCache::bytes_in_use
-
  private:
   // Unpacks n codes (n a multiple of the codes per byte) to floats. 8- and 4-bit codes widen in
   // SIMD registers where the ISA allows; otherwise one table lookup per byte.

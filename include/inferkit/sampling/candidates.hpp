@@ -75,14 +75,6 @@ class Candidates {
     summary_stale_ = true;
   }
 
-  /// Number of candidates (a counting pass when dense).
-  Index count() const {
-    if (!dense_) return static_cast<Index>(ids_.size());
-    Index c = 0;
-    for (float x : logits_) c += x > -std::numeric_limits<float>::infinity();
-    return c;
-  }
-
   /// Calls f(id) for every candidate in ascending id order.
   template <class F>
   void for_each(F&& f) const {
@@ -102,16 +94,6 @@ class Candidates {
     for (std::size_t j = 0; j < ids_.size(); ++j) kept[j] = logits_[ids_[j]];
     std::fill(logits_.begin(), logits_.end(), neg_inf);
     for (std::size_t j = 0; j < ids_.size(); ++j) logits_[ids_[j]] = kept[j];
-  }
-
-  /// Candidate ids in decoding order: logit descending, then id ascending.
-  std::vector<TokenId> ranked_ids() const {
-    std::vector<TokenId> ids;
-    for_each([&](TokenId id) { ids.push_back(id); });
-    std::sort(ids.begin(), ids.end(), [&](TokenId a, TokenId b) {
-      return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b);
-    });
-    return ids;
   }
 
  private:
