@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
@@ -99,4 +101,21 @@ TEST_CASE("haddp puts the sum of row i in lane i", "[core][simd]") {
   std::vector<float> out(simd::kWidth);
   simd::store(out.data(), simd::haddp(rows.data()));
   for (std::size_t i = 0; i < simd::kWidth; ++i) CHECK(out[i] == Approx(expect[i]).margin(1e-5));
+}
+
+TEST_CASE("exp_nonpositive gives exp's bits on every non-positive input", "[core][simd]") {
+  std::vector<float> x = random_floats(4096, 11, -120.0f, 0.0f);
+  const float edges[] = {0.0f, -0.0f, -87.3365447f, std::nextafter(-87.3365447f, 0.0f),
+                         std::nextafter(-87.3365447f, -1.0f), -1e-30f, -std::numeric_limits<float>::infinity()};
+  x.insert(x.end(), std::begin(edges), std::end(edges));
+  while (x.size() % simd::kWidth) x.push_back(-1.0f);
+  for (std::size_t i = 0; i < x.size(); i += simd::kWidth) {
+    alignas(64) float a[simd::kWidth], b[simd::kWidth];
+    simd::store(a, simd::exp(simd::load(x.data() + i)));
+    simd::store(b, simd::exp_nonpositive(simd::load(x.data() + i)));
+    for (std::size_t j = 0; j < simd::kWidth; ++j) {
+      INFO("x = " << x[i + j]);
+      CHECK(std::bit_cast<std::uint32_t>(a[j]) == std::bit_cast<std::uint32_t>(b[j]));
+    }
+  }
 }

@@ -4,6 +4,9 @@
 #include "inferkit/sampling/top_k.hpp"
 #include "inferkit/sampling/top_p.hpp"
 
+#include <algorithm>
+#include <random>
+
 using Catch::Contains;
 
 namespace {
@@ -113,4 +116,43 @@ TEST_CASE("top-p with most tokens filtered and p close to 1 keeps only finite to
     inferkit::reference::top_p(ref, 0.999999f);
     CHECK(test::same_bits(x, ref));
   }
+}
+
+TEST_CASE("the descending radix sort of pivot samples equals std::sort", "[sampling][top_p]") {
+  for (unsigned seed = 0; seed < 20; ++seed) {
+    auto x = test::random_logits(1 + seed * 97, seed, seed % 2 ? 3.0f : 0.01f, seed % 3 == 0);
+    x.push_back(0.0f);
+    x.push_back(-0.0f);
+    x.push_back(std::numeric_limits<float>::lowest());
+    x.push_back(std::numeric_limits<float>::max());
+    auto ref = x;
+    inferkit::detail::sort_descending(x);
+    // The reference orders +0 before -0 like the radix keys do.
+    std::sort(ref.begin(), ref.end(), [](float a, float b) { return a > b || (a == b && !std::signbit(a) && std::signbit(b)); });
+    CHECK(test::same_bits(x, ref));
+  }
+}
+
+TEST_CASE("top-p on clustered and heavily tied logits equals the sort-based definition", "[sampling][top_p]") {
+  // Logits on a coarse grid (huge tie blocks), in a narrow cluster with outliers, all equal, and
+  // two values only: the interval rounds must end on ties and never lose the boundary.
+  std::mt19937 rng(5);
+  for (int shape = 0; shape < 4; ++shape)
+    for (float p : {0.3f, 0.9f, 0.95f, 0.999f}) {
+      std::vector<float> x(131072);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const float u = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+        switch (shape) {
+          case 0: x[i] = std::floor(u * 8.0f) * 0.5f; break;
+          case 1: x[i] = i % 1000 == 0 ? 5.0f * u : 1.0f + u * 1e-5f; break;
+          case 2: x[i] = 0.25f; break;
+          default: x[i] = u < 0.5f ? 1.0f : -1.0f; break;
+        }
+      }
+      INFO("shape = " << shape << ", p = " << p);
+      auto ref = x;
+      inferkit::apply_top_p(x, p);
+      inferkit::reference::top_p(ref, p);
+      CHECK(test::same_bits(x, ref));
+    }
 }

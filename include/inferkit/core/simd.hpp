@@ -88,9 +88,34 @@ inline VecF exp(VecF x) {
   res = xsimd::select(x > VecF(kHi), VecF(std::numeric_limits<float>::infinity()), res);
   return xsimd::select(x != x, x, res);
 }
+/// exp(x) for x <= 0 or -inf, NaN excluded (logits minus their max): the same bits as exp()
+/// without the overflow and NaN fix-ups, for the hottest sampling sweeps.
+inline VecF exp_nonpositive(VecF x) {
+#if defined(__AVX512F__)
+  if constexpr (kWidth == 16) {
+    constexpr float kLo = -87.3365447f;
+    const __m512 xv = x;
+    const __m512 xc = _mm512_max_ps(xv, _mm512_set1_ps(kLo));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(xv, _mm512_set1_ps(kLo), _CMP_GE_OQ), p, n);
+  }
+#endif
+  return exp(x);
+}
 inline VecF tanh(VecF v) { return xsimd::tanh(v); }
 inline VecF select(MaskF m, VecF a, VecF b) { return xsimd::select(m, a, b); }
 inline bool any(MaskF m) { return xsimd::any(m); }
+inline bool all(MaskF m) { return xsimd::all(m); }
 inline MaskF both(MaskF a, MaskF b) { return a && b; }
 inline MaskF is_nan(VecF v) { return xsimd::isnan(v); }
 inline float hsum(VecF v) { return xsimd::hadd(v); }
@@ -167,6 +192,7 @@ inline VecF exp(VecF v) { return {std::exp(v.v)}; }
 inline VecF tanh(VecF v) { return {std::tanh(v.v)}; }
 inline VecF select(MaskF m, VecF a, VecF b) { return m ? a : b; }
 inline bool any(MaskF m) { return m; }
+inline bool all(MaskF m) { return m; }
 inline MaskF both(MaskF a, MaskF b) { return a && b; }
 inline MaskF is_nan(VecF v) { return std::isnan(v.v); }
 inline float hsum(VecF v) { return v.v; }

@@ -37,48 +37,45 @@ namespace detail {
 }
 }  // namespace detail
 
-/// Validates a row of logits and returns its maximum and argmax (lowest id among ties) in one
-/// SIMD pass. Throws std::invalid_argument for an empty row, NaN, +inf or all -inf.
+/// Validates a row of logits and returns its maximum and argmax (lowest id among ties).
+/// Throws std::invalid_argument for an empty row, NaN, +inf or all -inf. One SIMD pass finds
+/// the max with four independent accumulators (a single max chain is latency-bound) while a
+/// mask collects "finite or -inf" (x < +inf is false exactly for NaN and +inf); then a search
+/// that stops at the first lane equal to the max gives the argmax.
 inline LogitsSummary scan_logits(std::span<const float> logits, std::string_view name = "logits") {
   require(!logits.empty(), std::string(name) + ".size()", logits.size(), "must be > 0 (empty vocabulary)");
   using simd::VecF;
   constexpr std::size_t W = simd::kWidth;
   const float* x = logits.data();
   const std::size_t n = logits.size();
-  const VecF neg_inf = simd::broadcast(-std::numeric_limits<float>::infinity());
-  const VecF pos_inf = simd::broadcast(std::numeric_limits<float>::infinity());
-  VecF best = neg_inf, best_idx = simd::broadcast(0.0f), idx = simd::iota();
-  const VecF step = simd::broadcast(static_cast<float>(W));
-  VecF bad = simd::broadcast(0.0f);  // counts NaN / +inf lanes
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const VecF neg_inf = simd::broadcast(kNegInf), pos_inf = simd::broadcast(std::numeric_limits<float>::infinity());
+  VecF m0 = neg_inf, m1 = neg_inf, m2 = neg_inf, m3 = neg_inf;
+  auto ok = pos_inf > neg_inf;  // all lanes true
   std::size_t i = 0;
-  for (; i + W <= n; i += W) {
-    const VecF v = simd::load(x + i);
-    bad = bad + simd::select(simd::is_nan(v), VecF(1.0f), simd::select(v == pos_inf, VecF(1.0f), VecF(0.0f)));
-    const auto gt = v > best;  // strict: the first (lowest) index wins within a lane
-    best = simd::select(gt, v, best);
-    best_idx = simd::select(gt, idx, best_idx);
-    idx = idx + step;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    const VecF a = simd::load(x + i), b = simd::load(x + i + W), c = simd::load(x + i + 2 * W),
+               d = simd::load(x + i + 3 * W);
+    ok = simd::both(ok, simd::both(simd::both(a < pos_inf, b < pos_inf), simd::both(c < pos_inf, d < pos_inf)));
+    m0 = simd::max(m0, a);
+    m1 = simd::max(m1, b);
+    m2 = simd::max(m2, c);
+    m3 = simd::max(m3, d);
   }
-  if (i < n) {
-    const VecF v = simd::load_partial(x + i, n - i, -std::numeric_limits<float>::infinity());
-    bad = bad + simd::select(simd::is_nan(v), VecF(1.0f), simd::select(v == pos_inf, VecF(1.0f), VecF(0.0f)));
-    const auto gt = v > best;
-    best = simd::select(gt, v, best);
-    best_idx = simd::select(gt, idx, best_idx);
+  for (; i < n; i += W) {
+    const VecF v = i + W <= n ? simd::load(x + i) : simd::load_partial(x + i, n - i, kNegInf);
+    ok = simd::both(ok, v < pos_inf);
+    m0 = simd::max(m0, v);
   }
-  if (simd::hsum(bad) > 0.0f) detail::throw_bad_logit(logits, name);
-  alignas(64) float bv[W], bi[W];
-  simd::store(bv, best);
-  simd::store(bi, best_idx);
+  if (!simd::all(ok)) detail::throw_bad_logit(logits, name);
   LogitsSummary s;
-  for (std::size_t l = 0; l < W; ++l) {
-    const auto id = static_cast<TokenId>(bi[l]);
-    if (bv[l] > s.max || (bv[l] == s.max && bv[l] > -std::numeric_limits<float>::infinity() && id < s.argmax)) {
-      s.max = bv[l];
-      s.argmax = id;
-    }
-  }
-  if (s.argmax < 0) detail::throw_bad_logit(logits, name);
+  s.max = simd::hmax(simd::max(simd::max(m0, m1), simd::max(m2, m3)));
+  if (!(s.max > kNegInf)) detail::throw_bad_logit(logits, name);
+  const VecF mv = simd::broadcast(s.max);
+  std::size_t j = 0;
+  while (j + W <= n && !simd::any(simd::load(x + j) == mv)) j += W;
+  while (x[j] != s.max) ++j;
+  s.argmax = static_cast<TokenId>(j);
   return s;
 }
 

@@ -4,12 +4,13 @@
 // min_keep tokens; p >= 1 keeps everything. Weights and Z as in candidates.hpp (double sums).
 //
 // A short candidate list is ranked directly. A dense row is never sorted: the nucleus ends at
-// one boundary token, found by a quickselect on mass. Pivots come from a strided sample (the
-// sample logit where the sample's own mass reaches the wanted fraction, widened by a margin);
-// one pass splits the set into above / between / below with exact double masses; the boundary
-// lies in the part where the running mass crosses p * Z, and only that part is searched
-// further, until a few thousand tokens remain and are ranked. The first pass over the row
-// computes every weight and Z in the same sweep. Then one pass writes -inf after the boundary.
+// one boundary token. A strided sample of 1,024 logits gives pivots t_hi >= t_lo around the
+// sample's estimate of the boundary; one sweep computes every weight, Z and the mass above t_hi
+// (double sums) and gathers the tokens in [t_lo, t_hi]. Inside that narrow range the search
+// needs no more sampling: each round splits the set's logit range into 8 equal intervals, one
+// pass gives the exact (double) mass above each pivot, and only the interval where the running
+// mass crosses p * Z is kept, until a few dozen tokens remain and are ranked. Then one pass
+// writes -inf after the boundary.
 
 #include <algorithm>
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "inferkit/core/simd.hpp"
 #include "inferkit/sampling/candidates.hpp"
 #include "inferkit/sampling/detail/collect.hpp"
+#include "inferkit/sampling/detail/radix_sort.hpp"
 #include "inferkit/sampling/top_k.hpp"
 
 namespace inferkit {
@@ -56,133 +58,167 @@ inline std::vector<float> rank_with_weights(std::span<const float> x, float max,
   return w;
 }
 
-/// Pivots for a set whose boundary sits at `fraction` of its mass: logits t_hi >= t_lo
-/// bracketing the sample's estimate of where that fraction is reached.
+/// Pivots t_hi >= t_lo from a sample of a set whose boundary sits at `fraction` of its mass.
+/// With the sample sorted descending, F_j (the sample's mass fraction above its j-th logit)
+/// estimates the set's; its standard error follows from the weights (delta method:
+/// se_j^2 = sum_s w_s^2 (1[s < j] - F_j)^2 / W^2), which stays honest when a few heavy tokens
+/// carry the mass. t_hi is the last sample logit still 4 standard errors short of the
+/// fraction, t_lo the first one 4 beyond it, each two sample positions further out.
 inline void mass_pivots(std::vector<float>& sample, float max, double fraction, float& t_hi, float& t_lo) {
-  std::sort(sample.begin(), sample.end(), std::greater<float>());
-  if (sample.empty()) {
-    t_hi = std::numeric_limits<float>::infinity();
-    t_lo = std::numeric_limits<float>::lowest();
-    return;
-  }
-  std::vector<float> w(sample.size());
-  simd::exp_shifted(sample.data(), w.data(), sample.size(), max);
-  const double total = simd::sum_as_double(w.data(), w.size());
-  const std::size_t r = prefix_reaching(w.data(), w.size(), 0.0, fraction * total);
-  const auto margin = static_cast<std::size_t>(3.0 * std::sqrt(double(r) + 1.0) + 4.0);
-  t_hi = r > margin ? sample[r - margin] : std::numeric_limits<float>::infinity();
+  t_hi = std::numeric_limits<float>::infinity();
   // Never below the lowest finite logit: filtered (-inf) tokens must not join the middle part.
-  t_lo = r + margin < sample.size() ? sample[r + margin] : std::numeric_limits<float>::lowest();
-}
-
-/// Masses and sizes of the parts of a set above t_hi and within [t_lo, t_hi], given logits l
-/// and weights w (SIMD selects, double sums per block of 1024).
-struct PartMasses {
-  double hi = 0, mid = 0;
-  Index n_hi = 0, n_mid = 0;
-};
-inline PartMasses part_masses(const float* l, const float* w, std::size_t n, float t_hi, float t_lo) {
-  PartMasses pm;
-  constexpr std::size_t kBlock = 1024;
-  alignas(64) float hi_w[kBlock], mid_w[kBlock];
-  const simd::VecF vhi = simd::broadcast(t_hi), vlo = simd::broadcast(t_lo), zero = simd::broadcast(0.0f),
-                   one = simd::broadcast(1.0f);
-  for (std::size_t b0 = 0; b0 < n; b0 += kBlock) {
-    const std::size_t len = std::min(kBlock, n - b0);
-    simd::VecF c_hi = zero, c_mid = zero;
-    std::size_t i = 0;
-    for (; i + simd::kWidth <= len; i += simd::kWidth) {
-      const simd::VecF lv = simd::load(l + b0 + i), wv = simd::load(w + b0 + i);
-      const simd::MaskF is_hi = lv > vhi, is_mid = simd::both(lv >= vlo, lv <= vhi);
-      simd::store(hi_w + i, simd::select(is_hi, wv, zero));
-      simd::store(mid_w + i, simd::select(is_mid, wv, zero));
-      c_hi = c_hi + simd::select(is_hi, one, zero);
-      c_mid = c_mid + simd::select(is_mid, one, zero);
-    }
-    for (; i < len; ++i) {
-      const float li = l[b0 + i];
-      hi_w[i] = li > t_hi ? w[b0 + i] : 0.0f;
-      mid_w[i] = (li >= t_lo && li <= t_hi) ? w[b0 + i] : 0.0f;
-      pm.n_hi += li > t_hi;
-      pm.n_mid += li >= t_lo && li <= t_hi;
-    }
-    pm.n_hi += static_cast<Index>(simd::hsum(c_hi));
-    pm.n_mid += static_cast<Index>(simd::hsum(c_mid));
-    pm.hi += simd::sum_as_double(hi_w, len);
-    pm.mid += simd::sum_as_double(mid_w, len);
+  t_lo = std::numeric_limits<float>::lowest();
+  if (sample.empty()) return;
+  sort_descending(sample);
+  const std::size_t n = sample.size();
+  std::vector<float> w(n);
+  simd::exp_shifted(sample.data(), w.data(), n, max);
+  double total = 0, total_sq = 0;
+  for (float v : w) {
+    total += v;
+    total_sq += double(v) * v;
   }
-  return pm;
+  constexpr double kSigmas = 4.0;
+  constexpr std::size_t kSlack = 2;
+  std::size_t j_hi = 0, j_lo = n;  // t_hi = sample[j_hi - 1 - slack], t_lo = sample[j_lo + slack]
+  double cum = 0, cum_sq = 0;
+  for (std::size_t j = 0; j < n; ++j) {  // F_j covers samples [0, j)
+    const double f = cum / total;
+    const double se = std::sqrt(std::max(0.0, (1 - f) * (1 - f) * cum_sq + f * f * (total_sq - cum_sq))) / total;
+    if (f + kSigmas * se < fraction) j_hi = j;
+    if (f - kSigmas * se >= fraction) {
+      j_lo = j;
+      break;
+    }
+    cum += w[j];
+    cum_sq += double(w[j]) * w[j];
+  }
+  if (j_hi > kSlack) t_hi = sample[j_hi - 1 - kSlack];
+  if (j_lo + kSlack < n) t_lo = sample[j_lo + kSlack];
 }
 
-/// A set of candidates held contiguously: logits, weights, ids.
+/// Candidates held contiguously (logits, weights, ids) in per-thread buffers that are reused
+/// from call to call, so a warm call allocates nothing.
 struct TokenSet {
   std::vector<float> l, w;
   std::vector<TokenId> id;
-  std::size_t size() const { return id.size(); }
-  /// Keeps the members with lo <= l <= hi, in place.
+  std::size_t n = 0;
+
+  /// Room for n members plus one vector of slack for full-width compress stores.
+  void reserve(std::size_t count) {
+    if (l.size() < count + 16) {
+      l.resize(count + 16);
+      w.resize(count + 16);
+      id.resize(count + 16);
+    }
+  }
+  /// Keeps the members with lo <= l <= hi, in place and in order.
   void keep_range(float lo, float hi) {
     std::size_t k = 0, j = 0;
 #if defined(__AVX512F__)
-    if constexpr (simd::kWidth == 16) {  // compress-store the survivors of each vector
+    if constexpr (simd::kWidth == 16) {
+      // Compress in registers, store a full vector at k: k <= j, so only lanes already loaded
+      // are overwritten.
       const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-      for (; j + 16 <= id.size(); j += 16) {
+      for (; j + 16 <= n; j += 16) {
         const __m512 lv = _mm512_loadu_ps(l.data() + j);
         const __mmask16 m = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(lv, vlo, _CMP_GE_OQ), lv, vhi, _CMP_LE_OQ);
         const __m512 wv = _mm512_loadu_ps(w.data() + j);
         const __m512i iv = _mm512_loadu_si512(id.data() + j);
-        _mm512_mask_compressstoreu_ps(l.data() + k, m, lv);
-        _mm512_mask_compressstoreu_ps(w.data() + k, m, wv);
-        _mm512_mask_compressstoreu_epi32(id.data() + k, m, iv);
+        _mm512_storeu_ps(l.data() + k, _mm512_maskz_compress_ps(m, lv));
+        _mm512_storeu_ps(w.data() + k, _mm512_maskz_compress_ps(m, wv));
+        _mm512_storeu_si512(id.data() + k, _mm512_maskz_compress_epi32(m, iv));
         k += static_cast<std::size_t>(__builtin_popcount(m));
       }
     }
 #endif
-    for (; j < id.size(); ++j) {
+    for (; j < n; ++j) {
       l[k] = l[j];
       w[k] = w[j];
       id[k] = id[j];
       k += static_cast<std::size_t>(l[j] >= lo && l[j] <= hi);
     }
-    l.resize(k);
-    w.resize(k);
-    id.resize(k);
+    n = k;
   }
 };
 
-/// One pass over a dense row: Z and the part masses and sizes (all in double). With AVX-512
-/// the weights never leave registers: each vector widens to two double vectors that feed Z and
-/// the masked sums of the parts.
-inline void sweep_masses(std::span<const float> x, float max, float t_hi, float t_lo, double& z, PartMasses& pm) {
+inline TokenSet& top_p_workspace() {
+  thread_local TokenSet set;
+  return set;
+}
+
+/// Appends every token of x with lo <= x[i] <= hi to the set (logit and id; weights later).
+inline void gather_range(std::span<const float> x, float lo, float hi, TokenSet& s) {
   const std::size_t n = x.size();
+  s.reserve(s.n + n);
+  std::size_t i = 0;
 #if defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
-    __m512d z0 = _mm512_setzero_pd(), z1 = z0, h0 = z0, h1 = z0, m0 = z0, m1 = z0;
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x.data() + i);
+      const __mmask16 m = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ), v, vhi, _CMP_LE_OQ);
+      _mm512_storeu_ps(s.l.data() + s.n, _mm512_maskz_compress_ps(m, v));
+      _mm512_storeu_si512(s.id.data() + s.n, _mm512_maskz_compress_epi32(m, idx));
+      s.n += static_cast<std::size_t>(__builtin_popcount(m));
+      idx = _mm512_add_epi32(idx, _mm512_set1_epi32(16));
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    s.l[s.n] = x[i];
+    s.id[s.n] = static_cast<TokenId>(i);
+    s.n += static_cast<std::size_t>(x[i] >= lo && x[i] <= hi);
+  }
+}
+
+/// The first pass over a dense row: Z and the mass and size of the part above t_hi (double
+/// sums), while the members of [t_lo, t_hi] are gathered into `mid` (logits and ids). With
+/// AVX-512 the weights never leave registers: each vector widens to two double vectors.
+struct DenseSweep {
+  double z = 0, hi = 0;
+  Index n_hi = 0;
+};
+inline DenseSweep sweep_dense(std::span<const float> x, float max, float t_hi, float t_lo, TokenSet& mid) {
+  const std::size_t n = x.size();
+  DenseSweep r;
+  mid.reserve(n);
+  mid.n = 0;
+#if defined(__AVX512F__)
+  if constexpr (simd::kWidth == 16) {
+    __m512d z0 = _mm512_setzero_pd(), z1 = z0, h0 = z0, h1 = z0;
     const __m512 vmax = _mm512_set1_ps(max), vhi = _mm512_set1_ps(t_hi), vlo = _mm512_set1_ps(t_lo);
-    std::uint64_t n_hi = 0, n_mid = 0;
+    __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    std::uint64_t n_hi = 0;
+    std::size_t k = 0;
+    float* mid_l = mid.l.data();  // locals: stores through them must not reload the vectors
+    TokenId* mid_id = mid.id.data();
+    const float* src = x.data();
     for (std::size_t i = 0; i < n; i += 16) {
       const auto left = static_cast<unsigned>(std::min<std::size_t>(16, n - i));
       const __mmask16 live = static_cast<__mmask16>(left == 16 ? 0xFFFFu : (1u << left) - 1u);
-      const __m512 l = _mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), live, x.data() + i);
-      const __m512 e = simd::exp(simd::VecF(_mm512_sub_ps(l, vmax)));
+      const __m512 l = _mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), live, src + i);
+      const __m512 e = simd::exp_nonpositive(simd::VecF(_mm512_sub_ps(l, vmax)));
       const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
       const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
-      const __mmask16 is_hi = _mm512_mask_cmp_ps_mask(live, l, vhi, _CMP_GT_OQ);
-      const __mmask16 is_mid = _mm512_mask_cmp_ps_mask(_mm512_mask_cmp_ps_mask(live, l, vlo, _CMP_GE_OQ), l, vhi, _CMP_LE_OQ);
+      const __mmask16 is_hi = _mm512_cmp_ps_mask(l, vhi, _CMP_GT_OQ);  // padding lanes are -inf
+      const __mmask16 is_mid = _kandn_mask16(is_hi, _mm512_mask_cmp_ps_mask(live, l, vlo, _CMP_GE_OQ));
       z0 = _mm512_add_pd(z0, lo);
       z1 = _mm512_add_pd(z1, hi);
       h0 = _mm512_mask_add_pd(h0, static_cast<__mmask8>(is_hi), h0, lo);
       h1 = _mm512_mask_add_pd(h1, static_cast<__mmask8>(is_hi >> 8), h1, hi);
-      m0 = _mm512_mask_add_pd(m0, static_cast<__mmask8>(is_mid), m0, lo);
-      m1 = _mm512_mask_add_pd(m1, static_cast<__mmask8>(is_mid >> 8), m1, hi);
+      _mm512_storeu_ps(mid_l + k, _mm512_maskz_compress_ps(is_mid, l));
+      _mm512_storeu_si512(mid_id + k, _mm512_maskz_compress_epi32(is_mid, idx));
+      k += static_cast<std::size_t>(__builtin_popcount(is_mid));
       n_hi += static_cast<std::uint64_t>(__builtin_popcount(is_hi));
-      n_mid += static_cast<std::uint64_t>(__builtin_popcount(is_mid));
+      idx = _mm512_add_epi32(idx, _mm512_set1_epi32(16));
     }
-    z = _mm512_reduce_add_pd(_mm512_add_pd(z0, z1));
-    pm.hi = _mm512_reduce_add_pd(_mm512_add_pd(h0, h1));
-    pm.mid = _mm512_reduce_add_pd(_mm512_add_pd(m0, m1));
-    pm.n_hi = static_cast<Index>(n_hi);
-    pm.n_mid = static_cast<Index>(n_mid);
-    return;
+    r.z = _mm512_reduce_add_pd(_mm512_add_pd(z0, z1));
+    r.hi = _mm512_reduce_add_pd(_mm512_add_pd(h0, h1));
+    r.n_hi = static_cast<Index>(n_hi);
+    mid.n = k;
+    return r;
   }
 #endif
   constexpr std::size_t kBlock = 1024;
@@ -190,52 +226,135 @@ inline void sweep_masses(std::span<const float> x, float max, float t_hi, float 
   for (std::size_t b0 = 0; b0 < n; b0 += kBlock) {
     const std::size_t len = std::min(kBlock, n - b0);
     simd::exp_shifted(x.data() + b0, w, len, max);
-    z += simd::sum_as_double(w, len);
-    const PartMasses b = part_masses(x.data() + b0, w, len, t_hi, t_lo);
-    pm.hi += b.hi;
-    pm.mid += b.mid;
-    pm.n_hi += b.n_hi;
-    pm.n_mid += b.n_mid;
-  }
-}
-
-/// Pivots from a strided sample of n logits for the boundary at `fraction` of the set's mass.
-inline void sampled_pivots(const float* l, std::size_t n, std::size_t samples, float max, double fraction,
-                           float& t_hi, float& t_lo) {
-  std::vector<float> sample;
-  const std::size_t stride = std::max<std::size_t>(1, n / samples);
-  for (std::size_t j = stride / 2; j < n; j += stride)
-    if (l[j] > -std::numeric_limits<float>::infinity()) sample.push_back(l[j]);
-  mass_pivots(sample, max, fraction, t_hi, t_lo);
-}
-
-/// Finds the boundary in a set contiguous in decoding order (of mass `mass`), given the mass
-/// `cum` and the count `before` of the tokens ranked before it.
-inline NucleusEnd nucleus_in(float max, TokenSet set, double mass, double cum, double target,
-                             Index before) {
-  while (set.size() > 512) {
-    float t_hi = 0, t_lo = 0;
-    sampled_pivots(set.l.data(), set.size(), 512, max, std::clamp((target - cum) / mass, 0.0, 1.0), t_hi, t_lo);
-    const PartMasses pm = part_masses(set.l.data(), set.w.data(), set.size(), t_hi, t_lo);
-    if (pm.n_mid == static_cast<Index>(set.size())) break;  // ties: nothing to split, rank it all
-    if (cum + pm.hi >= target) {
-      set.keep_range(detail::above(t_hi), kHighest);
-      mass = pm.hi;
-    } else if (cum + pm.hi + pm.mid >= target) {
-      cum += pm.hi;
-      before += pm.n_hi;
-      set.keep_range(t_lo, t_hi);
-      mass = pm.mid;
-    } else {
-      cum += pm.hi + pm.mid;
-      before += pm.n_hi + pm.n_mid;
-      set.keep_range(kLowestFinite, detail::below(t_lo));
-      mass -= pm.hi + pm.mid;
+    r.z += simd::sum_as_double(w, len);
+    for (std::size_t i = 0; i < len; ++i) {
+      const float li = x[b0 + i];
+      if (li > t_hi) {
+        r.hi += static_cast<double>(w[i]);
+        ++r.n_hi;
+      }
     }
   }
+  gather_range(x, t_lo, t_hi, mid);
+  return r;
+}
+
+/// Computes the set's weights; returns their sum (double).
+inline double set_weights(TokenSet& s, float max) {
+  simd::exp_shifted(s.l.data(), s.w.data(), s.n, max);
+  return simd::sum_as_double(s.w.data(), s.n);
+}
+
+/// Masses (double) and sizes of the members above each of kPivots descending pivots.
+inline constexpr int kPivots = 7;
+struct PivotMasses {
+  double above[kPivots] = {};
+  Index n_above[kPivots] = {};
+};
+inline PivotMasses pivot_masses(const TokenSet& s, const float (&pivot)[kPivots]) {
+  PivotMasses pm;
+  std::size_t j = 0;
+#if defined(__AVX512F__)
+  if constexpr (simd::kWidth == 16) {
+    __m512d a0[kPivots], a1[kPivots];
+    __m512 pv[kPivots];
+    std::uint64_t cnt[kPivots] = {};
+    for (int k = 0; k < kPivots; ++k) {
+      a0[k] = a1[k] = _mm512_setzero_pd();
+      pv[k] = _mm512_set1_ps(pivot[k]);
+    }
+    for (; j < s.n; j += 16) {
+      const auto left = static_cast<unsigned>(std::min<std::size_t>(16, s.n - j));
+      const __mmask16 live = static_cast<__mmask16>(left == 16 ? 0xFFFFu : (1u << left) - 1u);
+      const __m512 l = _mm512_maskz_loadu_ps(live, s.l.data() + j);
+      const __m512 w = _mm512_maskz_loadu_ps(live, s.w.data() + j);
+      const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(w));
+      const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1)));
+      for (int k = 0; k < kPivots; ++k) {
+        const __mmask16 m = _mm512_mask_cmp_ps_mask(live, l, pv[k], _CMP_GT_OQ);
+        a0[k] = _mm512_mask_add_pd(a0[k], static_cast<__mmask8>(m), a0[k], lo);
+        a1[k] = _mm512_mask_add_pd(a1[k], static_cast<__mmask8>(m >> 8), a1[k], hi);
+        cnt[k] += static_cast<std::uint64_t>(__builtin_popcount(m));
+      }
+    }
+    for (int k = 0; k < kPivots; ++k) {
+      pm.above[k] = _mm512_reduce_add_pd(_mm512_add_pd(a0[k], a1[k]));
+      pm.n_above[k] = static_cast<Index>(cnt[k]);
+    }
+    return pm;
+  }
+#endif
+  for (; j < s.n; ++j)  // pivots descend: a member above pivot k is above every later one
+    for (int k = kPivots - 1; k >= 0 && s.l[j] > pivot[k]; --k) {
+      pm.above[k] += static_cast<double>(s.w[j]);
+      ++pm.n_above[k];
+    }
+  return pm;
+}
+
+/// Writes -inf over every logit below t (and equal to t when `ties_too`).
+inline void filter_below(std::span<float> x, float t, bool ties_too) {
+  const simd::VecF vt = simd::broadcast(t), neg_inf = simd::broadcast(-std::numeric_limits<float>::infinity());
+  std::size_t i = 0;
+  for (; i + simd::kWidth <= x.size(); i += simd::kWidth) {
+    const simd::VecF v = simd::load(x.data() + i);
+    simd::store(x.data() + i, simd::select(ties_too ? v <= vt : v < vt, neg_inf, v));
+  }
+  for (; i < x.size(); ++i)
+    if (x[i] < t || (ties_too && x[i] == t)) x[i] = -std::numeric_limits<float>::infinity();
+}
+
+/// Smallest and largest of n > 0 logits.
+inline void logit_range(const float* l, std::size_t n, float& lo, float& hi) {
+  simd::VecF vlo = simd::broadcast(l[0]), vhi = vlo;
+  std::size_t j = 0;
+  for (; j + simd::kWidth <= n; j += simd::kWidth) {
+    const simd::VecF v = simd::load(l + j);
+    vlo = simd::min(vlo, v);
+    vhi = simd::max(vhi, v);
+  }
+  alignas(64) float a[simd::kWidth], b[simd::kWidth];
+  simd::store(a, vlo);
+  simd::store(b, vhi);
+  lo = *std::min_element(a, a + simd::kWidth);
+  hi = *std::max_element(b, b + simd::kWidth);
+  for (; j < n; ++j) {
+    lo = std::min(lo, l[j]);
+    hi = std::max(hi, l[j]);
+  }
+}
+
+/// Finds the boundary in a set that is contiguous in decoding order and holds it, given the
+/// mass `cum` and the count `before` of the tokens ranked before the set. Each round splits
+/// the set's logit range into kPivots + 1 equal intervals (no sort, no sample: inside the
+/// set's narrow range, equal widths hold similar counts), keeps the interval where the
+/// running mass crosses the target, and stops when the set is small, tied or stops shrinking;
+/// the rest is ranked.
+inline NucleusEnd nucleus_in(float max, TokenSet& set, double cum, double target, Index before) {
+  constexpr std::size_t kRankDirectly = 64;
+  while (set.n > kRankDirectly) {
+    float lo = 0, hi = 0;
+    logit_range(set.l.data(), set.n, lo, hi);
+    if (!(lo < hi)) break;  // all tied: only ids order them
+    float pivot[kPivots];
+    for (int k = 0; k < kPivots; ++k)
+      pivot[k] = hi - (hi - lo) * (static_cast<float>(k + 1) / static_cast<float>(kPivots + 1));
+    const PivotMasses pm = pivot_masses(set, pivot);
+    int k = 0;  // the boundary lies in (pivot[k], pivot[k - 1]] (pivot[-1] = hi, pivot[kPivots] = -inf)
+    while (k < kPivots && cum + pm.above[k] < target) ++k;
+    const float upper = k == 0 ? hi : pivot[k - 1];
+    const float lower = k == kPivots ? lo : above(pivot[k]);
+    const std::size_t before_size = set.n;
+    if (k > 0) {
+      cum += pm.above[k - 1];
+      before += pm.n_above[k - 1];
+    }
+    set.keep_range(lower, upper);
+    if (set.n == before_size) break;  // rounding left the pivots inert
+  }
   // Rank what is left by (logit descending, id ascending), comparing the set's own copies.
-  std::vector<std::pair<float, TokenId>> ranked(set.size());
-  for (std::size_t j = 0; j < set.size(); ++j) ranked[j] = {set.l[j], set.id[j]};
+  std::vector<std::pair<float, TokenId>> ranked(set.n);
+  for (std::size_t j = 0; j < set.n; ++j) ranked[j] = {set.l[j], set.id[j]};
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
@@ -246,29 +365,29 @@ inline NucleusEnd nucleus_in(float max, TokenSet set, double mass, double cum, d
   return {ranked[keep - 1].second, before + static_cast<Index>(keep)};
 }
 
-/// The first round over a dense row: every weight, Z and the part masses in one sweep; then
-/// only the part holding the boundary is gathered into a TokenSet.
+/// A dense row: pivots t_hi >= t_lo from a strided sample of 1,024 logits bracket the boundary;
+/// one sweep computes Z and the mass above t_hi and gathers [t_lo, t_hi]. The boundary is
+/// searched in that middle part, or (when the sample misled) in the part above or below it.
 inline NucleusEnd nucleus_dense(std::span<const float> x, float max, float p) {
-  const std::size_t n = x.size();
+  std::vector<float> sample = strided_sample(x, 1024);
   float t_hi = 0, t_lo = 0;
-  sampled_pivots(x.data(), n, 1024, max, p, t_hi, t_lo);
-  double z = 0;
-  PartMasses pm;
-  sweep_masses(x, max, t_hi, t_lo, z, pm);
-  const double target = double(p) * z;
-  const auto gather = [&](float lo, float hi) {
-    TokenSet s;
-    collect_ids(x, lo, hi, s.id);
-    s.l.resize(s.id.size());
-    s.w.resize(s.id.size());
-    for (std::size_t j = 0; j < s.id.size(); ++j) s.l[j] = x[static_cast<std::size_t>(s.id[j])];
-    simd::exp_shifted(s.l.data(), s.w.data(), s.l.size(), max);
-    return s;
-  };
-  if (pm.hi >= target) return nucleus_in(max, gather(above(t_hi), kHighest), pm.hi, 0.0, target, 0);
-  if (pm.hi + pm.mid >= target) return nucleus_in(max, gather(t_lo, t_hi), pm.mid, pm.hi, target, pm.n_hi);
-  return nucleus_in(max, gather(kLowestFinite, below(t_lo)), z - pm.hi - pm.mid, pm.hi + pm.mid, target,
-                    pm.n_hi + pm.n_mid);
+  mass_pivots(sample, max, p, t_hi, t_lo);
+  TokenSet& set = top_p_workspace();
+  const DenseSweep sw = sweep_dense(x, max, t_hi, t_lo, set);
+  const double target = double(p) * sw.z;
+  if (sw.hi >= target) {
+    set.n = 0;
+    gather_range(x, above(t_hi), kHighest, set);
+    set_weights(set, max);
+    return nucleus_in(max, set, 0.0, target, 0);
+  }
+  const double mid = set_weights(set, max);
+  if (sw.hi + mid >= target) return nucleus_in(max, set, sw.hi, target, sw.n_hi);
+  const Index n_mid = static_cast<Index>(set.n);
+  set.n = 0;
+  gather_range(x, kLowestFinite, below(t_lo), set);
+  set_weights(set, max);
+  return nucleus_in(max, set, sw.hi + mid, target, sw.n_hi + n_mid);
 }
 
 }  // namespace detail
@@ -303,9 +422,11 @@ inline void apply_top_p(Candidates& c, float p, Index min_keep = 1) {
     c.restrict_to(std::move(ids));
     return;
   }
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < x.size(); ++i)
-    if (x[i] < lk || (x[i] == lk && static_cast<TokenId>(i) > id_k)) x[i] = neg_inf;
+  // Up to the boundary token lower logits go; after it ties go too (explicit SIMD: compilers
+  // at -O2 leave such loops scalar).
+  const auto split = static_cast<std::size_t>(id_k) + 1;
+  detail::filter_below(x.subspan(0, split), lk, false);
+  detail::filter_below(x.subspan(split), lk, true);
   c.logits_changed();
 }
 
