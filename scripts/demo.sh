@@ -55,6 +55,8 @@ dense kivi2|--cache dense --kv-quant kivi2
 window 128|--cache window --window 128
 sinks 4 + window 124|--cache sink-window --sinks 4 --window 124
 sinks 4 + window 124, cache positions|--cache sink-window --sinks 4 --window 124 --positions cache
+sinks 4 + window 124, int8|--cache sink-window --sinks 4 --window 124 --kv-quant int8
+sinks 4 + window 124, int4|--cache sink-window --sinks 4 --window 124 --kv-quant int4
 window 64|--cache window --window 64
 sinks 4 + window 60|--cache sink-window --sinks 4 --window 60
 POLICIES

@@ -170,7 +170,7 @@ struct CacheOptions {
   CacheKind kind = CacheKind::kDense;
   Index window = 0, sinks = 0;
   inferkit::PositionPolicy positions = inferkit::PositionPolicy::kOriginal;
-  std::optional<inferkit::KvQuantConfig> quant;  // dense only
+  std::optional<inferkit::KvQuantConfig> quant;  // dense, or window / sink with per-token specs
   inferkit::BlockPool<float>* pool = nullptr;    // kPaged: blocks come from this shared pool
   bool naive_attention = false;  // baseline runs: inferkit's fp64 reference instead of the kernels
 };
@@ -187,10 +187,10 @@ class Cache {
       if (o.quant) impl_.emplace<inferkit::QuantizedKvCache>(L, H, D, *o.quant);
       else impl_.emplace<inferkit::DenseKvCache<float>>(L, H, D, 64);
     } else {
-      if (o.quant) throw std::invalid_argument("llama2c: --kv-quant works with --cache dense only");
       const Index sinks = o.kind == CacheKind::kWindow ? 0 : o.sinks;
-      impl_.emplace<inferkit::SinkWindowCache<float>>(L, H, D, sinks, o.window, o.positions,
-                                                      inferkit::RopeOptions{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0});
+      const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
+      if (o.quant) impl_.emplace<inferkit::QuantizedSinkWindowCache>(L, H, D, sinks, o.window, o.positions, rope, o.quant->keys, o.quant->values);
+      else impl_.emplace<inferkit::SinkWindowCache<float>>(L, H, D, sinks, o.window, o.positions, rope);
     }
   }
 
@@ -203,7 +203,7 @@ class Cache {
     const inferkit::Tensor3View<const float> kt(k, tokens, kv_heads, head), vt(v, tokens, kv_heads, head);
     std::visit([&](auto& c) {
       using C = std::decay_t<decltype(c)>;
-      if constexpr (std::is_same_v<C, inferkit::SinkWindowCache<float>>) {
+      if constexpr (kIsSinkWindow<C>) {
         std::vector<std::int32_t> p(static_cast<std::size_t>(tokens));
         for (Index i = 0; i < tokens; ++i) p[static_cast<std::size_t>(i)] = pos + static_cast<std::int32_t>(i);
         c.append(layer, kt, vt, p);
@@ -222,6 +222,7 @@ class Cache {
   /// Position the newest query of a layer sits at (after its K/V were appended).
   std::int32_t query_position(Index layer, std::int32_t pos) const {
     if (const auto* sw = std::get_if<inferkit::SinkWindowCache<float>>(&impl_)) return sw->newest_position(layer);
+    if (const auto* sw = std::get_if<inferkit::QuantizedSinkWindowCache>(&impl_)) return sw->newest_position(layer);
     return pos;
   }
 
@@ -249,14 +250,19 @@ class Cache {
     if (const auto* q = std::get_if<inferkit::QuantizedKvCache>(&impl_)) return static_cast<double>(q->bytes_in_use());
     if (const auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return per_token * static_cast<double>(d->length(0));
     if (const auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) return per_token * static_cast<double>(t->num_tokens());
+    if (const auto* w = std::get_if<inferkit::QuantizedSinkWindowCache>(&impl_)) return static_cast<double>(w->bytes());
     const auto& w = std::get<inferkit::SinkWindowCache<float>>(impl_);
     return per_token * static_cast<double>(w.size(0));
   }
 
  private:
   CacheOptions opt_;
+  template <class C>
+  static constexpr bool kIsSinkWindow =
+      std::is_same_v<C, inferkit::SinkWindowCache<float>> || std::is_same_v<C, inferkit::QuantizedSinkWindowCache>;
+
   std::variant<inferkit::DenseKvCache<float>, inferkit::QuantizedKvCache, inferkit::SinkWindowCache<float>,
-               inferkit::BlockTable<float>>
+               inferkit::BlockTable<float>, inferkit::QuantizedSinkWindowCache>
       impl_{
       std::in_place_index<0>, 1, 1, 2, 1};
 };

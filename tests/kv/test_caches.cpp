@@ -186,3 +186,60 @@ TEST_CASE("sink + window with cache positions equals recomputing the window at s
   CHECK(test::max_abs_diff(got, ref) < 2e-5);
   CHECK(cache.newest_position(0) == n - 1);
 }
+
+TEST_CASE("quantized sink + window equals the fp64 reference on its dequantized kept tokens", "[kv][sink_window][quantized]") {
+  const Index hkv = 2, hq = 4, d = 32, sinks = 2, window = 13, steps = 40;
+  const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
+  for (const char* preset : {"int8", "int4"}) {
+    const auto cfg = inferkit::kv_quant_preset(preset, d);
+    for (auto policy : {inferkit::PositionPolicy::kOriginal, inferkit::PositionPolicy::kCache}) {
+      INFO(preset << (policy == inferkit::PositionPolicy::kCache ? ", cache positions" : ", original positions"));
+      inferkit::QuantizedSinkWindowCache cache(1, hkv, d, sinks, window, policy, rope, cfg.keys, cfg.values);
+      const auto k = test::random_normal(steps * hkv * d, 4), v = test::random_normal(steps * hkv * d, 5);
+      for (std::int32_t t = 0; t < steps; ++t)
+        cache.append(0, {k.data() + t * hkv * d, 1, hkv, d}, {v.data() + t * hkv * d, 1, hkv, d},
+                     std::span<const std::int32_t>(&t, 1));
+      // Kept tokens in age order, each group dequantized with the codec's own decode().
+      std::vector<std::int32_t> kept;
+      for (std::int32_t t = 0; t < sinks; ++t) kept.push_back(t);
+      for (std::int32_t t = steps - window; t < steps; ++t) kept.push_back(t);
+      const Index n = static_cast<Index>(kept.size());
+      const auto roundtrip = [&](const float* x, const inferkit::QuantSpec& s, float* out) {
+        for (Index g = 0; g < d / s.group_size; ++g) {
+          const auto p = inferkit::choose_params(x + g * s.group_size, s.group_size, 1, s);
+          for (Index i = 0; i < s.group_size; ++i)
+            out[g * s.group_size + i] = inferkit::decode(inferkit::encode(x[g * s.group_size + i], p, s), p, s);
+        }
+      };
+      std::vector<float> kk(n * hkv * d), vv(n * hkv * d);
+      std::vector<std::int32_t> pos(n);
+      for (Index i = 0; i < n; ++i) {
+        pos[i] = policy == inferkit::PositionPolicy::kCache ? static_cast<std::int32_t>(i) : kept[i];
+        for (Index h = 0; h < hkv; ++h) {
+          roundtrip(k.data() + (kept[i] * hkv + h) * d, cfg.keys, kk.data() + (i * hkv + h) * d);
+          roundtrip(v.data() + (kept[i] * hkv + h) * d, cfg.values, vv.data() + (i * hkv + h) * d);
+        }
+      }
+      // kOriginal stores keys as given (the caller rotated them, or not); kCache rotates on read.
+      if (policy == inferkit::PositionPolicy::kCache)
+        inferkit::apply_rope(inferkit::Tensor3View<float>(kk.data(), n, hkv, d), 0, rope);
+      const auto q = test::random_normal(hq * d, 6);
+      const std::int32_t qpos = policy == inferkit::PositionPolicy::kCache ? static_cast<std::int32_t>(n - 1) : steps - 1;
+      inferkit::AttentionOptions opt;
+      opt.alibi = true;
+      opt.query_positions = std::span<const std::int32_t>(&qpos, 1);
+      std::vector<float> got(hq * d), ref(hq * d);
+      inferkit::attention(inferkit::Tensor3View<const float>(q.data(), 1, hq, d), cache.source(0), {got.data(), 1, hq, d}, {}, opt);
+      const inferkit::DenseKv<float> dense({kk.data(), n, hkv, d}, {vv.data(), n, hkv, d}, pos);
+      inferkit::attention_reference(inferkit::Tensor3View<const float>(q.data(), 1, hq, d), dense, {ref.data(), 1, hq, d}, {}, opt);
+      CHECK(test::max_abs_diff(got, ref) < 2e-5);
+      CHECK(cache.newest_position(0) == qpos);
+    }
+    const inferkit::QuantizedSinkWindowCache small(1, 1, d, 1, 3, inferkit::PositionPolicy::kOriginal, {}, cfg.keys, cfg.values);
+    const std::size_t per_row = static_cast<std::size_t>(d * cfg.keys.bits / 8 + (d / cfg.keys.group_size) * cfg.keys.meta_bytes());
+    CHECK(small.bytes() == 2 * 4 * per_row);
+  }
+  const auto kivi = inferkit::kv_quant_preset("kivi4", d);
+  CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache(1, 1, d, 1, 3, inferkit::PositionPolicy::kOriginal, {}, kivi.keys, kivi.values),
+                    Catch::Contains("axis = per-channel"));
+}

@@ -27,6 +27,7 @@
 #include "inferkit/core/simd.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/kv/quant_codec.hpp"
+#include "inferkit/kv/quant_rows.hpp"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -58,22 +59,6 @@ inline KvQuantConfig kv_quant_preset(const std::string& name, Index head_dim = 0
 
 namespace detail {
 
-// Byte -> its codes as floats, low bits first: two 4-bit codes or four 2-bit codes per byte.
-inline const std::array<float, 512> kNibbleTable = [] {
-  std::array<float, 512> t{};
-  for (int b = 0; b < 256; ++b) {
-    t[static_cast<std::size_t>(2 * b)] = static_cast<float>(b & 15);
-    t[static_cast<std::size_t>(2 * b + 1)] = static_cast<float>(b >> 4);
-  }
-  return t;
-}();
-inline const std::array<float, 1024> kCrumbTable = [] {
-  std::array<float, 1024> t{};
-  for (int b = 0; b < 256; ++b)
-    for (int j = 0; j < 4; ++j) t[static_cast<std::size_t>(4 * b + j)] = static_cast<float>((b >> (2 * j)) & 3);
-  return t;
-}();
-
 /// One stream (keys or values of one layer and KV head).
 struct QuantStream {
   std::vector<std::uint8_t> codes;  // quantized rows, token-major, row_bytes each
@@ -99,7 +84,6 @@ struct QuantStreamRows {
       return {stream->tail.data() + (first - q) * d, d};
     const QuantSpec& s = *spec;
     const Index rb = row_bytes(), groups = d / s.group_size;  // divisions hoisted out of the row loop
-    const float offset = static_cast<float>(s.offset());
     std::vector<float> step, zero;  // per-channel parameters of the current token group
     Index params_group = -1, group_end = 0;
     for (Index r = 0; r < count; ++r) {
@@ -109,14 +93,10 @@ struct QuantStreamRows {
         std::memcpy(out, stream->tail.data() + (t - q) * d, static_cast<std::size_t>(d) * sizeof(float));
         continue;
       }
-      codes_to_float(stream->codes.data() + t * rb, d, s.bits, out);
       if (s.axis == QuantAxis::kPerToken) {
-        const QuantParams* p = stream->params.data() + t * groups;
-        for (Index g = 0; g < groups; ++g) {
-          const float st = to_float(p[g].step);
-          scale_shift(out + g * s.group_size, s.group_size, st, s.symmetric ? -offset * st : to_float(p[g].min));
-        }
+        dequantize_token_row(stream->codes.data() + t * rb, stream->params.data() + t * groups, s, d, out);
       } else {
+        detail::codes_to_float(stream->codes.data() + t * rb, d, s.bits, out);
         if (t >= group_end) {  // decode the group's binary16 parameters once
           params_group = t / s.group_size;
           group_end = (params_group + 1) * s.group_size;
@@ -137,47 +117,6 @@ struct QuantStreamRows {
     return {scratch, stride};
   }
 
- private:
-  // Unpacks n codes (n a multiple of the codes per byte) to floats. 8- and 4-bit codes widen in
-  // SIMD registers where the ISA allows; otherwise one table lookup per byte.
-  static void codes_to_float(const std::uint8_t* codes, Index n, int bits, float* out) {
-    Index i = 0;
-#if defined(__AVX512F__)
-    if (bits == 8) {
-      for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(out + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)))));
-    } else if (bits == 4) {
-      const __m128i low = _mm_set1_epi8(0x0F);
-      for (; i + 16 <= n; i += 16) {
-        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2));
-        const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
-        _mm512_storeu_ps(out + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))));
-      }
-    }
-#elif defined(__AVX2__)
-    if (bits == 8) {
-      for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)))));
-    }
-#endif
-    if (bits == 8) {
-      for (; i < n; ++i) out[i] = static_cast<float>(codes[i]);
-    } else if (bits == 4) {
-      const float* lut = detail::kNibbleTable.data();
-      for (; i < n; i += 2) std::memcpy(out + i, lut + 2 * codes[i / 2], 2 * sizeof(float));
-    } else {
-      const float* lut = detail::kCrumbTable.data();
-      for (; i < n; i += 4) std::memcpy(out + i, lut + 4 * codes[i / 4], 4 * sizeof(float));
-    }
-  }
-  static void scale_shift(float* x, Index n, float step, float zero) {
-    const simd::VecF sv = simd::broadcast(step), zv = simd::broadcast(zero);
-    Index i = 0;
-    for (; i + static_cast<Index>(simd::kWidth) <= n; i += simd::kWidth) simd::store(x + i, simd::fma(simd::load(x + i), sv, zv));
-    for (; i < n; ++i) x[i] = x[i] * step + zero;
-  }
 };
 
 class QuantizedKvCache {
@@ -295,14 +234,10 @@ class QuantizedKvCache {
     std::uint8_t* codes = s.codes.data() + code_base;
     const float* x = s.tail.data();
     if (spec.axis == QuantAxis::kPerToken) {
-      for (Index t = 0; t < n; ++t)
-        for (Index g = 0; g < dim_ / spec.group_size; ++g) {
-          const float* grp = x + t * dim_ + g * spec.group_size;
-          const QuantParams p = choose_params(grp, spec.group_size, 1, spec);
-          s.params.push_back(p);
-          for (Index i = 0; i < spec.group_size; ++i)
-            put_code(codes + t * rb, g * spec.group_size + i, encode(grp[i], p, spec), spec.bits);
-        }
+      const Index groups = token_groups(spec, dim_);
+      s.params.resize(s.params.size() + static_cast<std::size_t>(n * groups));
+      QuantParams* params = s.params.data() + s.params.size() - static_cast<std::size_t>(n * groups);
+      for (Index t = 0; t < n; ++t) quantize_token_row(x + t * dim_, spec, dim_, codes + t * rb, params + t * groups);
     } else {
       for (Index c = 0; c < dim_; ++c) {
         const QuantParams p = choose_params(x + c, n, dim_, spec);

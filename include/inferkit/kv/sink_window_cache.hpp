@@ -10,6 +10,10 @@
 //              the newest token then sits at position size-1.
 // ALiBi distances follow the chosen positions. Read through the KV block view: sinks, then the
 // ring's older run, then its newer run.
+// Storage is a policy: DenseSlots<T> (float, binary16, bfloat16) or QuantSlots (per-token
+// quantized rows, keys and values with their own QuantSpec; a slot is re-quantized only when a
+// new token overwrites it). Per-channel (KIVI) keys need runs of consecutive tokens that a ring
+// does not keep, so the quantized policy takes per-token specs only.
 
 #include <algorithm>
 #include <cmath>
@@ -23,15 +27,17 @@
 #include "inferkit/core/convert.hpp"
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/view.hpp"
+#include "inferkit/kv/quant_rows.hpp"
 
 namespace inferkit {
 
 enum class PositionPolicy { kOriginal, kCache };
 
-/// Rows of T, optionally rotated on read by RoPE at each row's position from a cos/sin table.
-template <class T>
+/// A row store whose rows are rotated on read by RoPE at each row's position from a cos/sin
+/// table (or not at all when the table is null).
+template <class Rows>
 struct RopedRows {
-  DenseRows<T> rows;
+  Rows rows;
   const float* cos_sin = nullptr;  // [position][rotary_dim / 2][2], or nullptr: no rotation
   Index rotary_dim = 0;
   RopeStyle style = RopeStyle::kAdjacentPairs;
@@ -56,23 +62,66 @@ struct RopedRows {
   }
 };
 
+/// Slot storage of plain rows of T (float, Float16 or BFloat16).
 template <class T>
-class SinkWindowCache {
+class DenseSlots {
  public:
-  using Block = KvBlock<RopedRows<T>, DenseRows<T>>;
+  struct Options {};
+  using Rows = DenseRows<T>;
+  DenseSlots(Index rows, Index dim, Options = {}) : dim_(dim), data_(static_cast<std::size_t>(rows * dim), T{}) {}
+  void write(Index row, const float* x) { convert(x, data_.data() + row * dim_, static_cast<std::size_t>(dim_)); }
+  Rows rows(Index first) const { return {data_.data() + first * dim_, dim_}; }
+  std::size_t bytes() const { return data_.size() * sizeof(T); }
 
-  SinkWindowCache(Index layers, Index kv_heads, Index head_dim, Index n_sink, Index window, PositionPolicy policy,
-                  RopeOptions rope = {})
+ private:
+  Index dim_;
+  std::vector<T> data_;
+};
+
+/// Slot storage of per-token quantized rows (codes + binary16 parameters per group).
+class QuantSlots {
+ public:
+  using Options = QuantSpec;
+  using Rows = QuantTokenRows;
+  QuantSlots(Index rows, Index dim, const QuantSpec& spec)
+      : dim_(dim), spec_(spec), code_bytes_(0), groups_(0) {
+    require(spec.axis == QuantAxis::kPerToken, "axis", "per-channel",
+            "a sink + window cache quantizes per token (a ring keeps no runs of tokens per channel group)");
+    validate_token_quant(spec, dim, "spec");
+    code_bytes_ = token_code_bytes(spec, dim);
+    groups_ = token_groups(spec, dim);
+    codes_.assign(static_cast<std::size_t>(rows * code_bytes_), 0);
+    params_.assign(static_cast<std::size_t>(rows * groups_), QuantParams{});
+  }
+  void write(Index row, const float* x) {
+    quantize_token_row(x, spec_, dim_, codes_.data() + row * code_bytes_, params_.data() + row * groups_);
+  }
+  Rows rows(Index first) const {
+    return {codes_.data() + first * code_bytes_, params_.data() + first * groups_, &spec_, dim_};
+  }
+  std::size_t bytes() const { return codes_.size() + params_.size() * static_cast<std::size_t>(spec_.meta_bytes()); }
+
+ private:
+  Index dim_;
+  QuantSpec spec_;
+  Index code_bytes_, groups_;
+  std::vector<std::uint8_t> codes_;
+  std::vector<QuantParams> params_;
+};
+
+template <class KeySlots, class ValueSlots = KeySlots>
+class BasicSinkWindowCache {
+ public:
+  using Block = KvBlock<RopedRows<typename KeySlots::Rows>, typename ValueSlots::Rows>;
+
+  BasicSinkWindowCache(Index layers, Index kv_heads, Index head_dim, Index n_sink, Index window, PositionPolicy policy,
+                       RopeOptions rope = {}, typename KeySlots::Options key_options = {},
+                       typename ValueSlots::Options value_options = {})
       : layers_(layers), heads_(kv_heads), dim_(head_dim), sinks_(n_sink), window_(window), policy_(policy),
-        rope_(rope), state_(static_cast<std::size_t>(layers)) {
-    require(layers > 0, "layers", layers, "must be > 0");
-    require(kv_heads > 0, "kv_heads", kv_heads, "must be > 0");
-    require(head_dim > 0, "head_dim", head_dim, "must be > 0");
-    require(n_sink >= 0, "n_sink", n_sink, "must be >= 0");
-    require(window >= 1, "window", window, "must be >= 1");
+        rope_(rope), state_(static_cast<std::size_t>(layers)),
+        keys_(checked_rows(layers, kv_heads, head_dim, n_sink, window), head_dim, key_options),
+        values_(checked_rows(layers, kv_heads, head_dim, n_sink, window), head_dim, value_options) {
     const Index slots = n_sink + window;
-    keys_.assign(static_cast<std::size_t>(layers * kv_heads * slots * head_dim), T{});
-    values_.assign(keys_.size(), T{});
     for (auto& s : state_) s.positions.assign(static_cast<std::size_t>(slots), 0);
     if (policy == PositionPolicy::kCache) {
       rotary_ = rope.rotary_dim == 0 ? head_dim : rope.rotary_dim;
@@ -90,6 +139,8 @@ class SinkWindowCache {
   }
 
   Index capacity() const { return sinks_ + window_; }
+  /// Bytes of key and value storage for every slot of every layer and head (fixed at creation).
+  std::size_t bytes() const { return keys_.bytes() + values_.bytes(); }
   /// Tokens held by a layer (at most n_sink + window).
   Index size(Index layer) const {
     const auto& s = st(layer);
@@ -123,8 +174,8 @@ class SinkWindowCache {
       }
       s.positions[static_cast<std::size_t>(slot)] = positions[t];
       for (Index h = 0; h < heads_; ++h) {
-        convert(keys.ptr(t, h), row(keys_, layer, h, slot), static_cast<std::size_t>(dim_));
-        convert(values.ptr(t, h), row(values_, layer, h, slot), static_cast<std::size_t>(dim_));
+        keys_.write(row(layer, h, slot), keys.ptr(t, h));
+        values_.write(row(layer, h, slot), values.ptr(t, h));
       }
       ++s.seen;
     }
@@ -141,7 +192,7 @@ class SinkWindowCache {
 
   class Source {
    public:
-    Source(const SinkWindowCache& c, Index layer) : c_(&c), layer_(layer) {
+    Source(const BasicSinkWindowCache& c, Index layer) : c_(&c), layer_(layer) {
       const auto& s = c.st(layer);
       // Runs in age order: sinks, ring from its start to the end of storage, then the wrap.
       runs_[0] = {0, s.held_sinks};
@@ -160,18 +211,17 @@ class SinkWindowCache {
       const TokenPositions pos = c_->policy_ == PositionPolicy::kCache
                                      ? TokenPositions{nullptr, static_cast<std::int32_t>(before)}
                                      : TokenPositions{c_->st(layer_).positions.data() + r.slot, 0};
-      const T* k = c_->row_const(c_->keys_, layer_, head, r.slot);
-      const T* v = c_->row_const(c_->values_, layer_, head, r.slot);
-      RopedRows<T> keys{DenseRows<T>{k, c_->dim_}, c_->cos_sin_.empty() ? nullptr : c_->cos_sin_.data(), c_->rotary_,
-                        c_->rope_.style, pos};
-      return {r.len, keys, DenseRows<T>{v, c_->dim_}, pos};
+      const Index first = c_->row(layer_, head, r.slot);
+      RopedRows<typename KeySlots::Rows> keys{c_->keys_.rows(first), c_->cos_sin_.empty() ? nullptr : c_->cos_sin_.data(),
+                                              c_->rotary_, c_->rope_.style, pos};
+      return {r.len, keys, c_->values_.rows(first), pos};
     }
 
    private:
     struct Run {
       Index slot = 0, len = 0;
     };
-    const SinkWindowCache* c_;
+    const BasicSinkWindowCache* c_;
     Index layer_;
     Run runs_[3];
   };
@@ -194,11 +244,15 @@ class SinkWindowCache {
     require_index(layer, layers_, "layer");
     return state_[static_cast<std::size_t>(layer)];
   }
-  T* row(std::vector<T>& buf, Index layer, Index head, Index slot) {
-    return buf.data() + static_cast<std::size_t>(((layer * heads_ + head) * capacity() + slot) * dim_);
-  }
-  const T* row_const(const std::vector<T>& buf, Index layer, Index head, Index slot) const {
-    return buf.data() + static_cast<std::size_t>(((layer * heads_ + head) * capacity() + slot) * dim_);
+  // Storage row of (layer, head, slot).
+  Index row(Index layer, Index head, Index slot) const { return (layer * heads_ + head) * capacity() + slot; }
+  static Index checked_rows(Index layers, Index kv_heads, Index head_dim, Index n_sink, Index window) {
+    require(layers > 0, "layers", layers, "must be > 0");
+    require(kv_heads > 0, "kv_heads", kv_heads, "must be > 0");
+    require(head_dim > 0, "head_dim", head_dim, "must be > 0");
+    require(n_sink >= 0, "n_sink", n_sink, "must be >= 0");
+    require(window >= 1, "window", window, "must be >= 1");
+    return layers * kv_heads * (n_sink + window);
   }
 
   Index layers_, heads_, dim_, sinks_, window_;
@@ -207,7 +261,15 @@ class SinkWindowCache {
   Index rotary_ = 0;
   std::vector<float> cos_sin_;
   std::vector<LayerState> state_;
-  std::vector<T> keys_, values_;
+  KeySlots keys_;
+  ValueSlots values_;
 };
+
+/// Sink + window over plain rows of T (float, Float16 or BFloat16).
+template <class T>
+using SinkWindowCache = BasicSinkWindowCache<DenseSlots<T>>;
+/// Sink + window over per-token quantized rows: pass the key and value QuantSpecs after the
+/// RoPE options (e.g. kv_quant_preset("int8", head_dim)).
+using QuantizedSinkWindowCache = BasicSinkWindowCache<QuantSlots>;
 
 }  // namespace inferkit

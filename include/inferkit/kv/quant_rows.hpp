@@ -1,0 +1,133 @@
+#pragma once
+// Per-token quantized rows: each token's head_dim values split into groups along head_dim,
+// one QuantParams per group, codes bit-packed (quant_codec.hpp). Shared by the quantized cache
+// (its per-token streams) and the quantized sink + window cache (one row per slot).
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "inferkit/attention/kv_block.hpp"
+#include "inferkit/core/simd.hpp"
+#include "inferkit/kv/quant_codec.hpp"
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace inferkit {
+
+namespace detail {
+
+// Byte -> its codes as floats, low bits first: two 4-bit codes or four 2-bit codes per byte.
+inline const std::array<float, 512> kNibbleTable = [] {
+  std::array<float, 512> t{};
+  for (int b = 0; b < 256; ++b) {
+    t[static_cast<std::size_t>(2 * b)] = static_cast<float>(b & 15);
+    t[static_cast<std::size_t>(2 * b + 1)] = static_cast<float>(b >> 4);
+  }
+  return t;
+}();
+inline const std::array<float, 1024> kCrumbTable = [] {
+  std::array<float, 1024> t{};
+  for (int b = 0; b < 256; ++b)
+    for (int j = 0; j < 4; ++j) t[static_cast<std::size_t>(4 * b + j)] = static_cast<float>((b >> (2 * j)) & 3);
+  return t;
+}();
+
+// Unpacks n codes (n a multiple of the codes per byte) to floats. 8- and 4-bit codes widen in
+// SIMD registers where the ISA allows; otherwise one table lookup per byte.
+inline void codes_to_float(const std::uint8_t* codes, Index n, int bits, float* out) {
+  Index i = 0;
+#if defined(__AVX512F__)
+  if (bits == 8) {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)))));
+  } else if (bits == 4) {
+    const __m128i low = _mm_set1_epi8(0x0F);
+    for (; i + 16 <= n; i += 16) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2));
+      const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+      _mm512_storeu_ps(out + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))));
+    }
+  }
+#elif defined(__AVX2__)
+  if (bits == 8) {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)))));
+  }
+#endif
+  if (bits == 8) {
+    for (; i < n; ++i) out[i] = static_cast<float>(codes[i]);
+  } else if (bits == 4) {
+    const float* lut = kNibbleTable.data();
+    for (; i < n; i += 2) std::memcpy(out + i, lut + 2 * codes[i / 2], 2 * sizeof(float));
+  } else {
+    const float* lut = kCrumbTable.data();
+    for (; i < n; i += 4) std::memcpy(out + i, lut + 4 * codes[i / 4], 4 * sizeof(float));
+  }
+}
+
+// x[i] = x[i] * step + zero for i < n.
+inline void scale_shift(float* x, Index n, float step, float zero) {
+  const simd::VecF sv = simd::broadcast(step), zv = simd::broadcast(zero);
+  Index i = 0;
+  for (; i + static_cast<Index>(simd::kWidth) <= n; i += simd::kWidth) simd::store(x + i, simd::fma(simd::load(x + i), sv, zv));
+  for (; i < n; ++i) x[i] = x[i] * step + zero;
+}
+
+}  // namespace detail
+
+/// Checks that a spec can quantize rows of `head_dim` values per token.
+inline void validate_token_quant(const QuantSpec& s, Index head_dim, const std::string& name) {
+  validate_quant_spec(s, name);
+  require(head_dim % s.codes_per_byte() == 0, "head_dim", head_dim,
+          "must be a multiple of " + std::to_string(s.codes_per_byte()) + " for packed codes");
+  require(head_dim % s.group_size == 0, "head_dim", head_dim,
+          "must be a multiple of the per-token group_size (" + std::to_string(s.group_size) + ")");
+}
+
+/// Bytes of one token's codes, and its number of parameter groups.
+inline Index token_code_bytes(const QuantSpec& s, Index d) { return d / s.codes_per_byte(); }
+inline Index token_groups(const QuantSpec& s, Index d) { return d / s.group_size; }
+
+/// Quantizes one token's row of d values: codes (zeroed first) and d / group_size parameters.
+inline void quantize_token_row(const float* x, const QuantSpec& s, Index d, std::uint8_t* codes, QuantParams* params) {
+  std::memset(codes, 0, static_cast<std::size_t>(token_code_bytes(s, d)));
+  for (Index g = 0; g < token_groups(s, d); ++g) {
+    const float* grp = x + g * s.group_size;
+    const QuantParams p = choose_params(grp, s.group_size, 1, s);
+    params[g] = p;
+    for (Index i = 0; i < s.group_size; ++i) put_code(codes, g * s.group_size + i, encode(grp[i], p, s), s.bits);
+  }
+}
+
+/// Dequantizes one token's row into out[0, d).
+inline void dequantize_token_row(const std::uint8_t* codes, const QuantParams* params, const QuantSpec& s, Index d,
+                                 float* out) {
+  detail::codes_to_float(codes, d, s.bits, out);
+  const float offset = static_cast<float>(s.offset());
+  for (Index g = 0; g < token_groups(s, d); ++g) {
+    const float st = to_float(params[g].step);
+    detail::scale_shift(out + g * s.group_size, s.group_size, st, s.symmetric ? -offset * st : to_float(params[g].min));
+  }
+}
+
+/// A row store (KV block view) over consecutive per-token quantized rows.
+struct QuantTokenRows {
+  const std::uint8_t* codes = nullptr;  // row t at codes + t * token_code_bytes
+  const QuantParams* params = nullptr;  // row t at params + t * token_groups
+  const QuantSpec* spec = nullptr;
+  Index dim = 0;
+
+  RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool /*allow_in_place*/) const {
+    const Index rb = token_code_bytes(*spec, d), groups = token_groups(*spec, d);
+    for (Index r = 0; r < count; ++r)
+      dequantize_token_row(codes + (first + r) * rb, params + (first + r) * groups, *spec, d, scratch + r * stride);
+    return {scratch, stride};
+  }
+};
+
+}  // namespace inferkit
