@@ -5,7 +5,9 @@
 
 #include <array>
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/simd.hpp"
@@ -115,12 +117,22 @@ inline void dequantize_token_row(const std::uint8_t* codes, const QuantParams* p
   }
 }
 
+static_assert(sizeof(QuantParams) == 4 && offsetof(QuantParams, min) == 2,
+              "TokenQuantView reads QuantParams as (binary16 step, binary16 min) pairs");
+
+/// The in-register dequantization view of per-token rows (TokenQuantView, kv_block.hpp).
+inline TokenQuantView quant_view(const std::uint8_t* codes, const QuantParams* params, const QuantSpec& s, Index tokens) {
+  return {codes, reinterpret_cast<const std::byte*>(params), s.bits, s.symmetric, s.group_size, tokens};
+}
+
 /// A row store (KV block view) over consecutive per-token quantized rows.
 struct QuantTokenRows {
   const std::uint8_t* codes = nullptr;  // row t at codes + t * token_code_bytes
   const QuantParams* params = nullptr;  // row t at params + t * token_groups
   const QuantSpec* spec = nullptr;
   Index dim = 0;
+
+  TokenQuantView token_quant_view() const { return quant_view(codes, params, *spec, std::numeric_limits<Index>::max()); }
 
   RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool /*allow_in_place*/) const {
     const Index rb = token_code_bytes(*spec, d), groups = token_groups(*spec, d);

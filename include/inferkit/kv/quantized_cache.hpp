@@ -78,6 +78,12 @@ struct QuantStreamRows {
 
   Index row_bytes() const { return dim / spec->codes_per_byte(); }
 
+  /// Per-token streams expose their quantized rows for in-register dequantization.
+  TokenQuantView token_quant_view() const {
+    if (spec->axis != QuantAxis::kPerToken) return {};
+    return quant_view(stream->codes.data(), stream->params.data(), *spec, stream->quantized);
+  }
+
   RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool allow_in_place) const {
     const Index q = stream->quantized;
     if (first >= q && allow_in_place)  // the whole range is in the tail: read it where it is

@@ -43,6 +43,13 @@ struct RopedRows {
   RopeStyle style = RopeStyle::kAdjacentPairs;
   TokenPositions positions;
 
+  /// Un-rotated quantized rows keep the inner store's in-register dequantization.
+  TokenQuantView token_quant_view() const
+    requires TokenQuantRows<Rows>
+  {
+    return cos_sin ? TokenQuantView{} : rows.token_quant_view();
+  }
+
   RowsF32 load_f32(Index first, Index count, Index dim, float* scratch, Index stride, bool allow_in_place) const {
     if (!cos_sin) return rows.load_f32(first, count, dim, scratch, stride, allow_in_place);
     const RowsF32 r = rows.load_f32(first, count, dim, scratch, stride, false);

@@ -7,7 +7,8 @@
 // count Rp either dividing the vector width or a multiple of it, so the online softmax runs
 // lane-wise over whole vectors. P V takes 4 rows x 4 vectors of head_dim per pass, so each V
 // row is loaded once per 4 query rows. Every K/V byte is streamed once for the whole group of
-// query heads; 16-bit rows are widened in registers (no scratch copy) where the ISA allows.
+// query heads; 16-bit rows are widened and per-token int8 / int4 rows dequantized in registers
+// (row_readers.hpp: no scratch copy) where the ISA allows.
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include <utility>
 
 #include "inferkit/attention/detail/problem.hpp"
+#include "inferkit/attention/detail/row_readers.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/convert.hpp"
@@ -50,12 +52,14 @@ inline Index decode_padded_dim(Index d) { return ceil_div(d, DecodeShape::kW) * 
 
 struct DecodeScratch {
   AlignedBuffer<float> q, s, kbuf, vbuf, alpha, lanes;
+  AlignedBuffer<float> kstep, kzero, vstep, vzero;  // quantized tiles: per row and group
+  AlignedBuffer<std::int32_t> group_of;
 };
 
-// o[r][:] = o[r][:] * alpha[r] + sum_c pt[c][r] * v[c][:] for ROWS rows and NV vectors.
-template <class T, int ROWS, int NV>
+// o[r][:] = o[r][:] * alpha[r] + sum_c pt[c][r] * v[c][j0 + :] for ROWS rows and NV vectors.
+template <class Reader, int ROWS, int NV>
 inline void decode_pv_block(float* o, Index o_stride, const float* pt, Index pt_stride, const float* alpha,
-                            const T* v, Index v_stride, Index nc) {
+                            const Reader& v, Index j0, Index nc) {
   using simd::VecF;
   constexpr Index W = DecodeShape::kW;
   VecF acc[ROWS][NV];
@@ -65,7 +69,8 @@ inline void decode_pv_block(float* o, Index o_stride, const float* pt, Index pt_
   }
   for (Index c = 0; c < nc; ++c) {
     VecF vv[NV];
-    for (int j = 0; j < NV; ++j) vv[j] = load_vec(v + c * v_stride + j * W);
+    const auto vrow = v.row(c);
+    for (int j = 0; j < NV; ++j) vv[j] = vrow.load(j0 + j * W);
     for (int r = 0; r < ROWS; ++r) {
       const VecF pr = simd::broadcast(pt[c * pt_stride + r]);
       for (int j = 0; j < NV; ++j) acc[r][j] = simd::fma(pr, vv[j], acc[r][j]);
@@ -75,21 +80,21 @@ inline void decode_pv_block(float* o, Index o_stride, const float* pt, Index pt_
     for (int j = 0; j < NV; ++j) simd::store(o + r * o_stride + j * W, acc[r][j]);
 }
 
-template <class T, int ROWS>
+template <class Reader, int ROWS>
 inline void decode_pv_rows(Index nv, float* o, Index o_stride, const float* pt, Index pt_stride, const float* alpha,
-                           const T* v, Index v_stride, Index nc) {
+                           const Reader& v, Index j0, Index nc) {
   switch (nv) {
-    case 4: return decode_pv_block<T, ROWS, 4>(o, o_stride, pt, pt_stride, alpha, v, v_stride, nc);
-    case 3: return decode_pv_block<T, ROWS, 3>(o, o_stride, pt, pt_stride, alpha, v, v_stride, nc);
-    case 2: return decode_pv_block<T, ROWS, 2>(o, o_stride, pt, pt_stride, alpha, v, v_stride, nc);
-    default: return decode_pv_block<T, ROWS, 1>(o, o_stride, pt, pt_stride, alpha, v, v_stride, nc);
+    case 4: return decode_pv_block<Reader, ROWS, 4>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
+    case 3: return decode_pv_block<Reader, ROWS, 3>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
+    case 2: return decode_pv_block<Reader, ROWS, 2>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
+    default: return decode_pv_block<Reader, ROWS, 1>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
   }
 }
 
 // o[r][:] = o[r][:] * alpha[r] + P V for rows [0, R): 4 rows x 4 vectors of head_dim per pass.
-template <class T>
-inline void decode_pv(float* o, Index Dp, const float* st, Index Rp, const float* alpha, Index R, const T* v,
-                      Index v_stride, Index nc) {
+template <class Reader>
+inline void decode_pv(float* o, Index Dp, const float* st, Index Rp, const float* alpha, Index R, const Reader& v,
+                      Index nc) {
   constexpr Index W = DecodeShape::kW;
   for (Index r = 0; r < R; r += 4) {
     const Index rows = std::min<Index>(4, R - r);
@@ -97,30 +102,30 @@ inline void decode_pv(float* o, Index Dp, const float* st, Index Rp, const float
       const Index nv = std::min<Index>(4, (Dp - j0) / W);
       float* orow = o + r * Dp + j0;
       switch (rows) {
-        case 4: decode_pv_rows<T, 4>(nv, orow, Dp, st + r, Rp, alpha + r, v + j0, v_stride, nc); break;
-        case 3: decode_pv_rows<T, 3>(nv, orow, Dp, st + r, Rp, alpha + r, v + j0, v_stride, nc); break;
-        case 2: decode_pv_rows<T, 2>(nv, orow, Dp, st + r, Rp, alpha + r, v + j0, v_stride, nc); break;
-        default: decode_pv_rows<T, 1>(nv, orow, Dp, st + r, Rp, alpha + r, v + j0, v_stride, nc); break;
+        case 4: decode_pv_rows<Reader, 4>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc); break;
+        case 3: decode_pv_rows<Reader, 3>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc); break;
+        case 2: decode_pv_rows<Reader, 2>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc); break;
+        default: decode_pv_rows<Reader, 1>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc); break;
       }
     }
   }
 }
 
 // S^T[c][r] = q_r . k_c for c < nc, r < Rp: kKB keys x kRB rows per horizontal reduction.
-template <class T>
-inline void decode_scores(const T* k, Index k_stride, Index nc, const float* q, Index Rp, Index Dp, float* st,
-                          float* lanes) {
+template <class Reader>
+inline void decode_scores(const Reader& k, Index nc, const float* q, Index Rp, Index Dp, float* st, float* lanes) {
   using simd::VecF;
   constexpr Index W = DecodeShape::kW, RB = DecodeShape::kRB, KB = DecodeShape::kKB;
   for (Index kb = 0; kb < nc; kb += KB) {
-    const T* krow[KB];
-    for (Index i = 0; i < KB; ++i) krow[i] = k + std::min(kb + i, nc - 1) * k_stride;
+    using Row = decltype(k.row(0));
+    Row krow[KB];
+    for (Index i = 0; i < KB; ++i) krow[i] = k.row(std::min(kb + i, nc - 1));
     for (Index rb = 0; rb < Rp; rb += RB) {
       VecF acc[KB * RB];
       for (Index i = 0; i < KB * RB; ++i) acc[i] = simd::broadcast(0.0f);
       for (Index dv = 0; dv < Dp; dv += W) {
         VecF kvv[KB];
-        for (Index i = 0; i < KB; ++i) kvv[i] = load_vec(krow[i] + dv);
+        for (Index i = 0; i < KB; ++i) kvv[i] = krow[i].load(dv);
         for (Index j = 0; j < RB; ++j) {
           const VecF qv = simd::load(q + (rb + j) * Dp + dv);
           for (Index i = 0; i < KB; ++i) acc[i * RB + j] = simd::fma(qv, kvv[i], acc[i * RB + j]);
@@ -204,6 +209,36 @@ inline void decode_softmax_update(float* st, Index nc, Index Rp, float* m, float
   }
 }
 
+// Calls f(reader) for rows [c0, c0 + nc) of a row store: quantized codes dequantized in
+// registers, plain rows widened in registers, or else rows decoded into `buf` (load_f32).
+template <class Rows, class F>
+void with_tile_reader(const Rows& rows, Index c0, Index nc, Index d, bool in_place, AlignedBuffer<float>& buf,
+                      AlignedBuffer<float>& step, AlignedBuffer<float>& zero, DecodeScratch& ws, F&& f) {
+  constexpr Index W = DecodeShape::kW;
+  if constexpr (TokenQuantRows<Rows> && (kQuantInRegisters<8> || kQuantInRegisters<4>)) {
+    const TokenQuantView v = rows.token_quant_view();
+    if (in_place && c0 + nc <= v.tokens && (v.bits == 8 || v.bits == 4) && v.group_size % W == 0) {
+      const Index groups = d / v.group_size, code_bytes = d * v.bits / 8;
+      step.resize(static_cast<std::size_t>(nc * groups));
+      zero.resize(static_cast<std::size_t>(nc * groups));
+      decode_quant_params(v, c0, nc, groups, step.data(), zero.data());
+      ws.group_of.resize(static_cast<std::size_t>(d / W));
+      for (Index j = 0; j < d / W; ++j) ws.group_of[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j * W / v.group_size);
+      const std::uint8_t* codes = v.codes + c0 * code_bytes;
+      if (v.bits == 8) return f(QuantReader<8>{codes, code_bytes, step.data(), zero.data(), groups, ws.group_of.data()});
+      return f(QuantReader<4>{codes, code_bytes, step.data(), zero.data(), groups, ws.group_of.data()});
+    }
+  }
+  if constexpr (DirectRows<Rows>) {
+    if (in_place) return f(PlainReader<direct_element_t<Rows>>{rows.direct_rows() + c0 * rows.row_stride, rows.row_stride});
+    const RowsF32 r = rows.load_f32(c0, nc, d, buf.data(), decode_padded_dim(d), false);
+    return f(PlainReader<float>{r.data, r.stride});
+  } else {
+    const RowsF32 r = rows.load_f32(c0, nc, d, buf.data(), decode_padded_dim(d), in_place);
+    return f(PlainReader<float>{r.data, r.stride});
+  }
+}
+
 /// Partial attention of all query rows of KV head g over source tokens [begin, end) (global
 /// token indices across blocks). Writes o [Rp][Dp] (unnormalized), m [Rp], l [Rp].
 template <KvSource S>
@@ -256,19 +291,10 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       const TileVisibility vis = p.mask.classify(q_lo, q_hi, k_lo, k_hi);
       if (vis == TileVisibility::kNone) continue;
 
-      // S^T = K q^T, from the store's own rows where they widen in registers.
-      using KeyRows = std::remove_cvref_t<decltype(blk.keys)>;
-      if constexpr (DirectRows<KeyRows>) {
-        if (in_place) {
-          decode_scores(blk.keys.direct_rows() + c0 * blk.keys.row_stride, blk.keys.row_stride, nc, q, Rp, Dp, st, lanes);
-        } else {
-          const RowsF32 keys = blk.keys.load_f32(c0, nc, d, ws.kbuf.data(), Dp, false);
-          decode_scores(keys.data, keys.stride, nc, q, Rp, Dp, st, lanes);
-        }
-      } else {
-        const RowsF32 keys = blk.keys.load_f32(c0, nc, d, ws.kbuf.data(), Dp, in_place);
-        decode_scores(keys.data, keys.stride, nc, q, Rp, Dp, st, lanes);
-      }
+      // S^T = K q^T, reading the store's own rows where they widen or dequantize in registers.
+      with_tile_reader(blk.keys, c0, nc, d, in_place, ws.kbuf, ws.kstep, ws.kzero, ws, [&](const auto& reader) {
+        decode_scores(reader, nc, q, Rp, Dp, st, lanes);
+      });
 
       // Soft-cap, ALiBi and mask, then the online-softmax update of every row.
       if (p.softcap > 0.0f) {
@@ -289,19 +315,9 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       decode_softmax_update(st, nc, Rp, m, l, ws.alpha.data(), ws.lanes.data());
 
       // o = o * alpha + P V.
-      using ValueRows = std::remove_cvref_t<decltype(blk.values)>;
-      if constexpr (DirectRows<ValueRows>) {
-        if (in_place) {
-          decode_pv(o, Dp, st, Rp, ws.alpha.data(), R, blk.values.direct_rows() + c0 * blk.values.row_stride,
-                    blk.values.row_stride, nc);
-        } else {
-          const RowsF32 values = blk.values.load_f32(c0, nc, d, ws.vbuf.data(), Dp, false);
-          decode_pv(o, Dp, st, Rp, ws.alpha.data(), R, values.data, values.stride, nc);
-        }
-      } else {
-        const RowsF32 values = blk.values.load_f32(c0, nc, d, ws.vbuf.data(), Dp, in_place);
-        decode_pv(o, Dp, st, Rp, ws.alpha.data(), R, values.data, values.stride, nc);
-      }
+      with_tile_reader(blk.values, c0, nc, d, in_place, ws.vbuf, ws.vstep, ws.vzero, ws, [&](const auto& reader) {
+        decode_pv(o, Dp, st, Rp, ws.alpha.data(), R, reader, nc);
+      });
     }
   }
 }

@@ -1,0 +1,123 @@
+#pragma once
+// Row readers for the decode kernel: row(i).load(dv) returns kWidth float elements of row i
+// starting at column dv, however the rows are stored. PlainReader widens float / Float16 /
+// BFloat16 in registers; QuantReader dequantizes per-token group-quantized codes in registers
+// (code * step + zero with one FMA, the step and zero of each row's groups decoded once per
+// tile), so quantized caches are read without a float copy.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "inferkit/attention/kv_block.hpp"
+#include "inferkit/core/aligned_buffer.hpp"
+#include "inferkit/core/convert.hpp"
+#include "inferkit/core/half.hpp"
+#include "inferkit/core/simd.hpp"
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace inferkit::detail {
+
+template <class T>
+struct PlainReader {
+  const T* data = nullptr;
+  Index stride = 0;
+  struct Row {
+    const T* p;
+    simd::VecF load(Index dv) const { return load_vec(p + dv); }
+  };
+  Row row(Index i) const { return {data + i * stride}; }
+};
+
+/// Whether codes of this width dequantize in registers here (else rows go through load_f32).
+template <int Bits>
+inline constexpr bool kQuantInRegisters =
+#if defined(INFERKIT_SIMD_XSIMD) && (defined(__AVX512F__) || defined(__AVX2__))
+    (Bits == 8 || Bits == 4) && (simd::kWidth == 16 || simd::kWidth == 8);
+#else
+    false;
+#endif
+
+/// Step and zero of every group of rows [first, first + count) of a view, as floats.
+inline void decode_quant_params(const TokenQuantView& v, Index first, Index count, Index groups, float* step,
+                                float* zero) {
+  const Index n = count * groups;
+  const std::byte* p = v.params + 4 * first * groups;
+  const float neg_offset = -static_cast<float>(1 << (v.bits - 1));
+  Index i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m512i pairs = _mm512_loadu_si512(p + 4 * i);
+    const __m512 s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pairs));
+    const __m512 z = v.symmetric ? _mm512_mul_ps(s, _mm512_set1_ps(neg_offset))
+                                 : _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(pairs, 16)));
+    _mm512_storeu_ps(step + i, s);
+    _mm512_storeu_ps(zero + i, z);
+  }
+#endif
+  for (; i < n; ++i) {
+    std::uint16_t s = 0, m = 0;
+    std::memcpy(&s, p + 4 * i, 2);
+    std::memcpy(&m, p + 4 * i + 2, 2);
+    step[i] = to_float(Float16{s});
+    zero[i] = v.symmetric ? neg_offset * step[i] : to_float(Float16{m});
+  }
+}
+
+/// Rows of a TokenQuantView tile: codes from the view, steps and zeros from decode_quant_params
+/// ([row][group]); group_of[j] is the group of column j * kWidth.
+template <int Bits>
+struct QuantReader {
+  const std::uint8_t* codes = nullptr;  // the tile's first row
+  Index code_bytes = 0;
+  const float* step = nullptr;
+  const float* zero = nullptr;
+  Index groups = 0;
+  const std::int32_t* group_of = nullptr;
+
+  struct Row {
+    const std::uint8_t* c;
+    const float* s;
+    const float* z;
+    const std::int32_t* group_of;
+    simd::VecF load(Index dv) const {
+      const Index g = group_of[dv / static_cast<Index>(simd::kWidth)];
+      return simd::fma(codes_as_float(dv), simd::broadcast(s[g]), simd::broadcast(z[g]));
+    }
+    simd::VecF codes_as_float(Index dv) const {
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
+      if constexpr (simd::kWidth == 16) {
+        if constexpr (Bits == 8) {
+          return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + dv))));
+        } else {
+          const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + dv / 2));
+          const __m128i low = _mm_set1_epi8(0x0F);
+          const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+          return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+        }
+      }
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
+      if constexpr (simd::kWidth == 8) {
+        if constexpr (Bits == 8) {
+          return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + dv))));
+        } else {
+          std::int32_t four = 0;
+          std::memcpy(&four, c + dv / 2, 4);
+          const __m128i b = _mm_cvtsi32_si128(four);
+          const __m128i low = _mm_set1_epi8(0x0F);
+          const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+          return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+        }
+      }
+#endif
+      static_assert(kQuantInRegisters<Bits>, "no in-register dequantization for this width and instruction set");
+      return simd::broadcast(0.0f);
+    }
+  };
+  Row row(Index i) const { return {codes + i * code_bytes, step + i * groups, zero + i * groups, group_of}; }
+};
+
+}  // namespace inferkit::detail
