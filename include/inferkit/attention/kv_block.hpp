@@ -13,7 +13,7 @@
 // allow_in_place is true, otherwise decoded into `scratch` (count rows of scratch_stride floats).
 // A store of plain float / Float16 / BFloat16 rows may also expose `direct_rows()` and
 // `row_stride`, so the decode kernel widens its elements in registers instead of decoding into
-// a scratch buffer; a store of per-token group-quantized rows may expose `token_quant_view()`
+// a scratch buffer; a store of per-token group-quantized rows may expose `quantized_view()`
 // (below), so the decode kernel dequantizes its codes in registers.
 
 #include <concepts>
@@ -70,23 +70,26 @@ struct DenseRows {
   const T* direct_rows() const { return data; }
 };
 
-/// Per-token group-quantized rows, one token after another, for kernels that dequantize in
-/// registers (kv/quant_rows.hpp writes them). Token t: `code_bytes` packed codes (8 or 4 bits,
-/// low nibble first) at codes + t * code_bytes; for each group g of `group_size` values along
-/// the row, 4 bytes at params + 4 * (t * groups + g): binary16 step, then binary16 minimum.
-/// A value is code * step + zero, zero = min (asymmetric) or -2^(bits-1) * step (symmetric).
+/// Group-quantized rows, one token after another, for kernels that dequantize in registers
+/// (kv/quant_rows.hpp and kv/quantized_cache.hpp write them). Token t: `code_bytes` packed codes
+/// (8, 4 or 2 bits, low bits first) at codes + t * code_bytes. Parameters are 4-byte pairs
+/// (binary16 step, then binary16 minimum) at params: per token (pair t * groups + g for the
+/// g-th group of `group_size` values along the row) or, per channel, per group of
+/// `group_size` consecutive tokens (pair (t / group_size) * dim + channel). A value is
+/// code * step + zero, zero = min (asymmetric) or -2^(bits-1) * step (symmetric).
 /// Rows [0, tokens) are stored this way (later ones, e.g. a full-precision tail, are not).
-struct TokenQuantView {
+struct QuantRowsView {
   const std::uint8_t* codes = nullptr;
   const std::byte* params = nullptr;
   int bits = 0;
   bool symmetric = true;
+  bool per_channel = false;
   Index group_size = 0;
   Index tokens = 0;
 };
 template <class Rows>
-concept TokenQuantRows = requires(const Rows& r) {
-  { r.token_quant_view() } -> std::same_as<TokenQuantView>;
+concept QuantizedRows = requires(const Rows& r) {
+  { r.quantized_view() } -> std::same_as<QuantRowsView>;
 };
 
 /// One block of a sequence's cache for one KV head.

@@ -118,11 +118,12 @@ inline void dequantize_token_row(const std::uint8_t* codes, const QuantParams* p
 }
 
 static_assert(sizeof(QuantParams) == 4 && offsetof(QuantParams, min) == 2,
-              "TokenQuantView reads QuantParams as (binary16 step, binary16 min) pairs");
+              "QuantRowsView reads QuantParams as (binary16 step, binary16 min) pairs");
 
-/// The in-register dequantization view of per-token rows (TokenQuantView, kv_block.hpp).
-inline TokenQuantView quant_view(const std::uint8_t* codes, const QuantParams* params, const QuantSpec& s, Index tokens) {
-  return {codes, reinterpret_cast<const std::byte*>(params), s.bits, s.symmetric, s.group_size, tokens};
+/// The in-register dequantization view of quantized rows (QuantRowsView, kv_block.hpp).
+inline QuantRowsView quant_view(const std::uint8_t* codes, const QuantParams* params, const QuantSpec& s, Index tokens) {
+  return {codes, reinterpret_cast<const std::byte*>(params), s.bits, s.symmetric, s.axis == QuantAxis::kPerChannel,
+          s.group_size, tokens};
 }
 
 /// A row store (KV block view) over consecutive per-token quantized rows.
@@ -132,7 +133,7 @@ struct QuantTokenRows {
   const QuantSpec* spec = nullptr;
   Index dim = 0;
 
-  TokenQuantView token_quant_view() const { return quant_view(codes, params, *spec, std::numeric_limits<Index>::max()); }
+  QuantRowsView quantized_view() const { return quant_view(codes, params, *spec, std::numeric_limits<Index>::max()); }
 
   RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool /*allow_in_place*/) const {
     const Index rb = token_code_bytes(*spec, d), groups = token_groups(*spec, d);

@@ -78,9 +78,8 @@ struct QuantStreamRows {
 
   Index row_bytes() const { return dim / spec->codes_per_byte(); }
 
-  /// Per-token streams expose their quantized rows for in-register dequantization.
-  TokenQuantView token_quant_view() const {
-    if (spec->axis != QuantAxis::kPerToken) return {};
+  /// The quantized part of the stream, for in-register dequantization.
+  QuantRowsView quantized_view() const {
     return quant_view(stream->codes.data(), stream->params.data(), *spec, stream->quantized);
   }
 

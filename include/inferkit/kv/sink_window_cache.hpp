@@ -44,10 +44,10 @@ struct RopedRows {
   TokenPositions positions;
 
   /// Un-rotated quantized rows keep the inner store's in-register dequantization.
-  TokenQuantView token_quant_view() const
-    requires TokenQuantRows<Rows>
+  QuantRowsView quantized_view() const
+    requires QuantizedRows<Rows>
   {
-    return cos_sin ? TokenQuantView{} : rows.token_quant_view();
+    return cos_sin ? QuantRowsView{} : rows.quantized_view();
   }
 
   RowsF32 load_f32(Index first, Index count, Index dim, float* scratch, Index stride, bool allow_in_place) const {

@@ -7,8 +7,8 @@
 // count Rp either dividing the vector width or a multiple of it, so the online softmax runs
 // lane-wise over whole vectors. P V takes 4 rows x 4 vectors of head_dim per pass, so each V
 // row is loaded once per 4 query rows. Every K/V byte is streamed once for the whole group of
-// query heads; 16-bit rows are widened and per-token int8 / int4 rows dequantized in registers
-// (row_readers.hpp: no scratch copy) where the ISA allows.
+// query heads; 16-bit rows are widened and quantized rows (8, 4 or 2 bits, per token or per
+// channel) dequantized in registers (row_readers.hpp: no scratch copy) where the ISA allows.
 
 #include <algorithm>
 #include <cmath>
@@ -53,7 +53,7 @@ inline Index decode_padded_dim(Index d) { return ceil_div(d, DecodeShape::kW) * 
 struct DecodeScratch {
   AlignedBuffer<float> q, s, kbuf, vbuf, alpha, lanes;
   AlignedBuffer<float> kstep, kzero, vstep, vzero;  // quantized tiles: per row and group
-  AlignedBuffer<std::int32_t> group_of;
+  AlignedBuffer<std::int32_t> group_of, row_param;
 };
 
 // o[r][:] = o[r][:] * alpha[r] + sum_c pt[c][r] * v[c][j0 + :] for ROWS rows and NV vectors.
@@ -209,24 +209,44 @@ inline void decode_softmax_update(float* st, Index nc, Index Rp, float* m, float
   }
 }
 
+template <bool PerChannel, class F>
+void dispatch_bits(int bits, const std::uint8_t* codes, Index code_bytes, const float* step, const float* zero,
+                   Index stride, const std::int32_t* group_of, const std::int32_t* row_param, F&& f) {
+  if (bits == 8) return f(QuantReader<8, PerChannel>{codes, code_bytes, step, zero, stride, group_of, row_param});
+  if (bits == 4) return f(QuantReader<4, PerChannel>{codes, code_bytes, step, zero, stride, group_of, row_param});
+  return f(QuantReader<2, PerChannel>{codes, code_bytes, step, zero, stride, group_of, row_param});
+}
+
 // Calls f(reader) for rows [c0, c0 + nc) of a row store: quantized codes dequantized in
 // registers, plain rows widened in registers, or else rows decoded into `buf` (load_f32).
 template <class Rows, class F>
 void with_tile_reader(const Rows& rows, Index c0, Index nc, Index d, bool in_place, AlignedBuffer<float>& buf,
                       AlignedBuffer<float>& step, AlignedBuffer<float>& zero, DecodeScratch& ws, F&& f) {
   constexpr Index W = DecodeShape::kW;
-  if constexpr (TokenQuantRows<Rows> && (kQuantInRegisters<8> || kQuantInRegisters<4>)) {
-    const TokenQuantView v = rows.token_quant_view();
-    if (in_place && c0 + nc <= v.tokens && (v.bits == 8 || v.bits == 4) && v.group_size % W == 0) {
-      const Index groups = d / v.group_size, code_bytes = d * v.bits / 8;
+  if constexpr (QuantizedRows<Rows> && kQuantInRegisters<8>) {
+    const QuantRowsView v = rows.quantized_view();
+    if (in_place && c0 + nc <= v.tokens && (v.per_channel || v.group_size % W == 0)) {
+      const Index code_bytes = d * v.bits / 8;
+      const std::uint8_t* codes = v.codes + c0 * code_bytes;
+      if (v.per_channel) {  // the token groups the tile touches, one vector of d per group
+        const Index g0 = c0 / v.group_size, ng = (c0 + nc - 1) / v.group_size - g0 + 1;
+        step.resize(static_cast<std::size_t>(ng * d));
+        zero.resize(static_cast<std::size_t>(ng * d));
+        decode_quant_params(v, g0 * d, ng * d, step.data(), zero.data());
+        ws.row_param.resize(static_cast<std::size_t>(nc));
+        for (Index i = 0; i < nc; ++i)
+          ws.row_param[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(((c0 + i) / v.group_size - g0) * d);
+        return dispatch_bits<true>(v.bits, codes, code_bytes, step.data(), zero.data(), d, nullptr,
+                                   ws.row_param.data(), f);
+      }
+      const Index groups = d / v.group_size;
       step.resize(static_cast<std::size_t>(nc * groups));
       zero.resize(static_cast<std::size_t>(nc * groups));
-      decode_quant_params(v, c0, nc, groups, step.data(), zero.data());
+      decode_quant_params(v, c0 * groups, nc * groups, step.data(), zero.data());
       ws.group_of.resize(static_cast<std::size_t>(d / W));
       for (Index j = 0; j < d / W; ++j) ws.group_of[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j * W / v.group_size);
-      const std::uint8_t* codes = v.codes + c0 * code_bytes;
-      if (v.bits == 8) return f(QuantReader<8>{codes, code_bytes, step.data(), zero.data(), groups, ws.group_of.data()});
-      return f(QuantReader<4>{codes, code_bytes, step.data(), zero.data(), groups, ws.group_of.data()});
+      return dispatch_bits<false>(v.bits, codes, code_bytes, step.data(), zero.data(), groups, ws.group_of.data(),
+                                  nullptr, f);
     }
   }
   if constexpr (DirectRows<Rows>) {

@@ -1,9 +1,9 @@
 #pragma once
 // Row readers for the decode kernel: row(i).load(dv) returns kWidth float elements of row i
 // starting at column dv, however the rows are stored. PlainReader widens float / Float16 /
-// BFloat16 in registers; QuantReader dequantizes per-token group-quantized codes in registers
-// (code * step + zero with one FMA, the step and zero of each row's groups decoded once per
-// tile), so quantized caches are read without a float copy.
+// BFloat16 in registers; QuantReader dequantizes group-quantized codes (8, 4 or 2 bits, per
+// token or per channel) in registers: code * step + zero with one FMA, the steps and zeros
+// decoded once per tile, so quantized caches are read without a float copy.
 
 #include <cstddef>
 #include <cstdint>
@@ -36,20 +36,18 @@ struct PlainReader {
 template <int Bits>
 inline constexpr bool kQuantInRegisters =
 #if defined(INFERKIT_SIMD_XSIMD) && (defined(__AVX512F__) || defined(__AVX2__))
-    (Bits == 8 || Bits == 4) && (simd::kWidth == 16 || simd::kWidth == 8);
+    (Bits == 8 || Bits == 4 || Bits == 2) && (simd::kWidth == 16 || simd::kWidth == 8);
 #else
     false;
 #endif
 
-/// Step and zero of every group of rows [first, first + count) of a view, as floats.
-inline void decode_quant_params(const TokenQuantView& v, Index first, Index count, Index groups, float* step,
-                                float* zero) {
-  const Index n = count * groups;
-  const std::byte* p = v.params + 4 * first * groups;
+/// Steps and zeros of `count` consecutive parameter pairs of a view, from pair `first`.
+inline void decode_quant_params(const QuantRowsView& v, Index first, Index count, float* step, float* zero) {
+  const std::byte* p = v.params + 4 * first;
   const float neg_offset = -static_cast<float>(1 << (v.bits - 1));
   Index i = 0;
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
+  for (; i + 16 <= count; i += 16) {
     const __m512i pairs = _mm512_loadu_si512(p + 4 * i);
     const __m512 s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pairs));
     const __m512 z = v.symmetric ? _mm512_mul_ps(s, _mm512_set1_ps(neg_offset))
@@ -58,7 +56,7 @@ inline void decode_quant_params(const TokenQuantView& v, Index first, Index coun
     _mm512_storeu_ps(zero + i, z);
   }
 #endif
-  for (; i < n; ++i) {
+  for (; i < count; ++i) {
     std::uint16_t s = 0, m = 0;
     std::memcpy(&s, p + 4 * i, 2);
     std::memcpy(&m, p + 4 * i + 2, 2);
@@ -67,16 +65,64 @@ inline void decode_quant_params(const TokenQuantView& v, Index first, Index coun
   }
 }
 
-/// Rows of a TokenQuantView tile: codes from the view, steps and zeros from decode_quant_params
-/// ([row][group]); group_of[j] is the group of column j * kWidth.
+/// kWidth codes of `Bits` bits starting at element dv of a packed row, as floats.
 template <int Bits>
+inline simd::VecF codes_as_float(const std::uint8_t* c, Index dv) {
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
+  if constexpr (simd::kWidth == 16) {
+    if constexpr (Bits == 8) {
+      return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + dv))));
+    } else if constexpr (Bits == 4) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + dv / 2));
+      const __m128i low = _mm_set1_epi8(0x0F);
+      const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+      return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+    } else {  // each byte to four lanes, shifted by 0, 2, 4, 6
+      std::int32_t four = 0;
+      std::memcpy(&four, c + dv / 4, 4);
+      const __m128i bytes = _mm_shuffle_epi8(_mm_cvtsi32_si128(four), _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+      const __m512i lanes = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(bytes), _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6));
+      return _mm512_cvtepi32_ps(_mm512_and_si512(lanes, _mm512_set1_epi32(3)));
+    }
+  }
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
+  if constexpr (simd::kWidth == 8) {
+    if constexpr (Bits == 8) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + dv))));
+    } else if constexpr (Bits == 4) {
+      std::int32_t four = 0;
+      std::memcpy(&four, c + dv / 2, 4);
+      const __m128i b = _mm_cvtsi32_si128(four);
+      const __m128i low = _mm_set1_epi8(0x0F);
+      const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+    } else {
+      std::int16_t two = 0;
+      std::memcpy(&two, c + dv / 4, 2);
+      const __m128i bytes = _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<std::uint16_t>(two)),
+                                             _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1));
+      const __m256i lanes = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+      return _mm256_cvtepi32_ps(_mm256_and_si256(lanes, _mm256_set1_epi32(3)));
+    }
+  }
+#endif
+  static_assert(kQuantInRegisters<Bits>, "no in-register dequantization for this width and instruction set");
+  return simd::broadcast(0.0f);
+}
+
+/// Rows of a quantized tile: codes from the view; steps and zeros from decode_quant_params.
+/// Per token (PerChannel false): [row][group] with `stride` = groups, and group_of[j] the group
+/// of column j * kWidth; per channel: one vector of dim values per token group, row i's at
+/// offset row_param[i].
+template <int Bits, bool PerChannel>
 struct QuantReader {
   const std::uint8_t* codes = nullptr;  // the tile's first row
   Index code_bytes = 0;
   const float* step = nullptr;
   const float* zero = nullptr;
-  Index groups = 0;
+  Index stride = 0;
   const std::int32_t* group_of = nullptr;
+  const std::int32_t* row_param = nullptr;
 
   struct Row {
     const std::uint8_t* c;
@@ -84,40 +130,18 @@ struct QuantReader {
     const float* z;
     const std::int32_t* group_of;
     simd::VecF load(Index dv) const {
-      const Index g = group_of[dv / static_cast<Index>(simd::kWidth)];
-      return simd::fma(codes_as_float(dv), simd::broadcast(s[g]), simd::broadcast(z[g]));
-    }
-    simd::VecF codes_as_float(Index dv) const {
-#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
-      if constexpr (simd::kWidth == 16) {
-        if constexpr (Bits == 8) {
-          return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + dv))));
-        } else {
-          const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + dv / 2));
-          const __m128i low = _mm_set1_epi8(0x0F);
-          const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
-          return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
-        }
+      if constexpr (PerChannel) {
+        return simd::fma(codes_as_float<Bits>(c, dv), simd::load(s + dv), simd::load(z + dv));
+      } else {
+        const Index g = group_of[dv / static_cast<Index>(simd::kWidth)];
+        return simd::fma(codes_as_float<Bits>(c, dv), simd::broadcast(s[g]), simd::broadcast(z[g]));
       }
-#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
-      if constexpr (simd::kWidth == 8) {
-        if constexpr (Bits == 8) {
-          return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + dv))));
-        } else {
-          std::int32_t four = 0;
-          std::memcpy(&four, c + dv / 2, 4);
-          const __m128i b = _mm_cvtsi32_si128(four);
-          const __m128i low = _mm_set1_epi8(0x0F);
-          const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
-          return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
-        }
-      }
-#endif
-      static_assert(kQuantInRegisters<Bits>, "no in-register dequantization for this width and instruction set");
-      return simd::broadcast(0.0f);
     }
   };
-  Row row(Index i) const { return {codes + i * code_bytes, step + i * groups, zero + i * groups, group_of}; }
+  Row row(Index i) const {
+    const Index off = PerChannel ? row_param[i] : i * stride;
+    return {codes + i * code_bytes, step + off, zero + off, group_of};
+  }
 };
 
 }  // namespace inferkit::detail
