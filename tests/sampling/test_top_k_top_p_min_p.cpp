@@ -156,3 +156,22 @@ TEST_CASE("top-p on clustered and heavily tied logits equals the sort-based defi
       CHECK(test::same_bits(x, ref));
     }
 }
+
+TEST_CASE("min-p that keeps most of a dense row filters it in place, exactly", "[sampling][min_p]") {
+  unsigned seed = 900;
+  for (std::size_t n : {32000u, 128256u})
+    for (float mp : {0.001f, 0.05f, 0.3f}) {
+      INFO("V = " << n << ", min_p = " << mp);
+      auto x = test::random_logits(n, seed++, 1.0f, true, 0.05);
+      // Tokens sitting exactly on the threshold band: their weight decides, not the margin.
+      const float max = *std::max_element(x.begin(), x.end());
+      for (std::size_t i = 0; i < 64; ++i) x[i * 97] = max + std::log(mp) + (static_cast<float>(i) - 32.0f) * 1e-6f;
+      auto ref = x;
+      inferkit::Candidates c(x);
+      inferkit::apply_min_p(c, mp);
+      if (mp == 0.001f) CHECK(c.dense());  // most survive: filtered in place, no candidate list
+      c.materialize();
+      inferkit::reference::min_p(ref, mp);
+      CHECK(test::same_bits(x, ref));
+    }
+}

@@ -117,6 +117,7 @@ inline VecF select(MaskF m, VecF a, VecF b) { return xsimd::select(m, a, b); }
 inline bool any(MaskF m) { return xsimd::any(m); }
 inline bool all(MaskF m) { return xsimd::all(m); }
 inline MaskF both(MaskF a, MaskF b) { return a && b; }
+inline MaskF but_not(MaskF a, MaskF b) { return a && ~b; }
 inline MaskF is_nan(VecF v) { return xsimd::isnan(v); }
 inline float hsum(VecF v) { return xsimd::hadd(v); }
 /// Lane i of the result is the horizontal sum of rows[i], for kWidth rows.
@@ -194,6 +195,7 @@ inline VecF select(MaskF m, VecF a, VecF b) { return m ? a : b; }
 inline bool any(MaskF m) { return m; }
 inline bool all(MaskF m) { return m; }
 inline MaskF both(MaskF a, MaskF b) { return a && b; }
+inline MaskF but_not(MaskF a, MaskF b) { return a && !b; }
 inline MaskF is_nan(VecF v) { return std::isnan(v.v); }
 inline float hsum(VecF v) { return v.v; }
 inline VecF haddp(const VecF* rows) { return rows[0]; }
