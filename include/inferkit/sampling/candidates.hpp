@@ -69,7 +69,7 @@ class Candidates {
 
   /// Keeps only `ids` (a subset of the current candidates, any order).
   void restrict_to(std::vector<TokenId> ids) {
-    std::sort(ids.begin(), ids.end());
+    if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());  // most arrive sorted
     ids_ = std::move(ids);
     dense_ = false;
     summary_stale_ = true;
