@@ -82,11 +82,13 @@ inline void mass_pivots(std::vector<float>& sample, float max, double fraction, 
   constexpr std::size_t kSlack = 2;
   std::size_t j_hi = 0, j_lo = n;  // t_hi = sample[j_hi - 1 - slack], t_lo = sample[j_lo + slack]
   double cum = 0, cum_sq = 0;
-  for (std::size_t j = 0; j < n; ++j) {  // F_j covers samples [0, j)
-    const double f = cum / total;
-    const double se = std::sqrt(std::max(0.0, (1 - f) * (1 - f) * cum_sq + f * f * (total_sq - cum_sq))) / total;
-    if (f + kSigmas * se < fraction) j_hi = j;
-    if (f - kSigmas * se >= fraction) {
+  const double inv_total = 1.0 / total;
+  for (std::size_t j = 0; j < n; ++j) {  // F_j covers samples [0, j); squared tests, no sqrt
+    const double f = cum * inv_total;
+    const double var = ((1 - f) * (1 - f) * cum_sq + f * f * (total_sq - cum_sq)) * inv_total * inv_total;
+    const double gap = fraction - f, reach = kSigmas * kSigmas * var;
+    if (gap > 0 && gap * gap > reach) j_hi = j;
+    if (gap <= 0 && gap * gap >= reach) {
       j_lo = j;
       break;
     }
