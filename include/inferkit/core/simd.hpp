@@ -43,23 +43,33 @@ inline VecF min(VecF a, VecF b) { return xsimd::min(a, b); }
 /// Cephes-style: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-7 polynomial, and 2^n applied
 /// as two normal factors so the whole range stays exact. About three times faster than xsimd's
 /// exp, which matters because softmax kernels call it once per score.
+inline constexpr float kExpLo = -87.3365447f, kExpHi = 88.7228394f;
+#if defined(__AVX512F__)
+namespace detail {
+// e^xc for xc already clamped to [kExpLo, kExpHi] as (p, n) with e^xc = p * 2^n: the range
+// reduction and polynomial shared by exp() and exp_nonpositive().
+inline __m512 exp_reduced(__m512 xc, __m512& n) {
+  n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  return _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+}
+}  // namespace detail
+#endif
 inline VecF exp(VecF x) {
-  constexpr float kLo = -87.3365447f, kHi = 88.7228394f;
+  constexpr float kLo = kExpLo, kHi = kExpHi;
 #if defined(__AVX512F__)
   if constexpr (kWidth == 16) {  // vscalefps applies 2^n with exact overflow: fewer steps
     const __m512 xv = x;
-    const __m512 xc = _mm512_min_ps(_mm512_max_ps(xv, _mm512_set1_ps(kLo)), _mm512_set1_ps(kHi));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512 n;
+    const __m512 p = detail::exp_reduced(_mm512_min_ps(_mm512_max_ps(xv, _mm512_set1_ps(kLo)), _mm512_set1_ps(kHi)), n);
     __m512 res = _mm512_scalef_ps(p, n);
     res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kLo), _CMP_LT_OQ), _mm512_setzero_ps());
     res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kHi), _CMP_GT_OQ),
@@ -93,21 +103,10 @@ inline VecF exp(VecF x) {
 inline VecF exp_nonpositive(VecF x) {
 #if defined(__AVX512F__)
   if constexpr (kWidth == 16) {
-    constexpr float kLo = -87.3365447f;
     const __m512 xv = x;
-    const __m512 xc = _mm512_max_ps(xv, _mm512_set1_ps(kLo));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(xv, _mm512_set1_ps(kLo), _CMP_GE_OQ), p, n);
+    __m512 n;
+    const __m512 p = detail::exp_reduced(_mm512_max_ps(xv, _mm512_set1_ps(kExpLo)), n);
+    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(xv, _mm512_set1_ps(kExpLo), _CMP_GE_OQ), p, n);
   }
 #endif
   return exp(x);
