@@ -18,6 +18,13 @@ TEST_CASE("scan_logits finds the max and the lowest argmax among ties", "[sampli
   CHECK(inferkit::argmax_token(tie) == 1);
   std::vector<float> masked{-INFINITY, -INFINITY, -3.0f};
   CHECK(inferkit::argmax_token(masked) == 2);
+  // Ties in different 1,024-token blocks, and the max alone in the last, partial block.
+  std::vector<float> wide(5000, 0.0f);
+  for (std::size_t i : {4999u, 3000u, 1500u, 1024u + 1023u}) wide[i] = 7.0f;
+  CHECK(inferkit::argmax_token(wide) == 1500);
+  wide.assign(5000, -1.0f);
+  wide[4998] = 2.0f;
+  CHECK(inferkit::argmax_token(wide) == 4998);
 }
 
 TEST_CASE("non-finite logits: NaN and +inf are errors, -inf is filtered", "[sampling][logits][errors]") {

@@ -189,6 +189,7 @@ inline VecF fma(VecF a, VecF b, VecF c) { return {std::fma(a.v, b.v, c.v)}; }
 inline VecF max(VecF a, VecF b) { return {a.v > b.v ? a.v : b.v}; }
 inline VecF min(VecF a, VecF b) { return {a.v < b.v ? a.v : b.v}; }
 inline VecF exp(VecF v) { return {std::exp(v.v)}; }
+inline VecF exp_nonpositive(VecF v) { return {std::exp(v.v)}; }
 inline VecF tanh(VecF v) { return {std::tanh(v.v)}; }
 inline VecF select(MaskF m, VecF a, VecF b) { return m ? a : b; }
 inline bool any(MaskF m) { return m; }
