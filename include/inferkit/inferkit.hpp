@@ -27,6 +27,7 @@
 #include "inferkit/kv/memory_planner.hpp"
 #include "inferkit/kv/prefix_trie.hpp"
 #include "inferkit/kv/quant_codec.hpp"
+#include "inferkit/kv/quant_rows.hpp"
 #include "inferkit/kv/quantized_cache.hpp"
 #include "inferkit/kv/sink_window_cache.hpp"
 
