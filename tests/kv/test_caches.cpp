@@ -243,3 +243,22 @@ TEST_CASE("quantized sink + window equals the fp64 reference on its dequantized 
   CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache(1, 1, d, 1, 3, inferkit::PositionPolicy::kOriginal, {}, kivi.keys, kivi.values),
                     Catch::Contains("axis = per-channel"));
 }
+
+TEST_CASE("sink + window rejects bad shapes by name before sizing anything", "[kv][sink_window][errors]") {
+  using inferkit::PositionPolicy;
+  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(-1, 1, 8, 1, 4, PositionPolicy::kOriginal), Catch::Contains("layers = -1"));
+  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(1, 1, 8, 1, 0, PositionPolicy::kOriginal), Catch::Contains("window = 0"));
+  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(1, 1, 8, -2, 4, PositionPolicy::kOriginal), Catch::Contains("n_sink = -2"));
+  const auto int8 = inferkit::kv_quant_preset("int8", 8);
+  CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache(1, -3, 8, 1, 4, PositionPolicy::kOriginal, {}, int8.keys, int8.values),
+                    Catch::Contains("kv_heads = -3"));
+  CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache(1, 1, 12, 1, 4, PositionPolicy::kOriginal, {}, int8.keys, int8.values),
+                    Catch::Contains("head_dim = 12"));
+}
+
+TEST_CASE("dense and quantized caches reject bad shapes by name before sizing anything", "[kv][errors]") {
+  CHECK_THROWS_WITH(inferkit::DenseKvCache<float>(-1, 1, 8, 4), Catch::Contains("layers = -1"));
+  CHECK_THROWS_WITH(inferkit::DenseKvCache<float>(1, 0, 8, 4), Catch::Contains("kv_heads = 0"));
+  CHECK_THROWS_WITH(inferkit::QuantizedKvCache(-2, 1, 32, inferkit::kv_quant_preset("int8")), Catch::Contains("layers = -2"));
+  CHECK_THROWS_WITH(inferkit::QuantizedKvCache(1, -1, 32, inferkit::kv_quant_preset("int8")), Catch::Contains("kv_heads = -1"));
+}

@@ -72,6 +72,14 @@ inline void require(bool condition, std::string_view parameter, const T& value,
 }
 
 /// Checks 0 <= index < size; on failure throws std::out_of_range.
+/// Returns a count after checking it is > 0: for constructors whose first members are sized
+/// from it, so bad input reports its name before any allocation.
+template <std::integral I>
+inline I require_positive(I value, std::string_view parameter) {
+  require(value > 0, parameter, value, "must be > 0");
+  return value;
+}
+
 template <std::integral I, std::integral S>
 inline void require_index(I index, S size, std::string_view parameter) {
   if (std::cmp_less(index, 0) || !std::cmp_less(index, size)) [[unlikely]] {

@@ -23,8 +23,8 @@ template <class T>
 class DenseKvCache {
  public:
   DenseKvCache(Index layers, Index kv_heads, Index head_dim, Index capacity, CacheGrowth growth = CacheGrowth::kGrow)
-      : layers_(layers), heads_(kv_heads), dim_(head_dim), growth_(growth), length_(static_cast<std::size_t>(layers), 0) {
-    require(layers > 0, "layers", layers, "must be > 0");
+      : layers_(layers), heads_(kv_heads), dim_(head_dim), growth_(growth),
+        length_(static_cast<std::size_t>(require_positive(layers, "layers")), 0) {
     require(kv_heads > 0, "kv_heads", kv_heads, "must be > 0");
     require(head_dim > 0, "head_dim", head_dim, "must be > 0");
     require(capacity >= 0, "capacity", capacity, "must be >= 0");

@@ -130,10 +130,8 @@ class QuantizedKvCache {
 
   QuantizedKvCache(Index layers, Index kv_heads, Index head_dim, KvQuantConfig config)
       : layers_(layers), heads_(kv_heads), dim_(head_dim), config_(config),
-        keys_(static_cast<std::size_t>(layers * kv_heads)), values_(keys_.size()),
-        length_(static_cast<std::size_t>(layers), 0) {
-    require(layers > 0, "layers", layers, "must be > 0");
-    require(kv_heads > 0, "kv_heads", kv_heads, "must be > 0");
+        keys_(static_cast<std::size_t>(require_positive(layers, "layers") * require_positive(kv_heads, "kv_heads"))),
+        values_(keys_.size()), length_(static_cast<std::size_t>(layers), 0) {
     require(head_dim > 0, "head_dim", head_dim, "must be > 0");
     validate_quant_spec(config.keys, "keys");
     validate_quant_spec(config.values, "values");

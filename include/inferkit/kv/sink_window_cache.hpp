@@ -125,9 +125,9 @@ class BasicSinkWindowCache {
                        RopeOptions rope = {}, typename KeySlots::Options key_options = {},
                        typename ValueSlots::Options value_options = {})
       : layers_(layers), heads_(kv_heads), dim_(head_dim), sinks_(n_sink), window_(window), policy_(policy),
-        rope_(rope), state_(static_cast<std::size_t>(layers)),
-        keys_(checked_rows(layers, kv_heads, head_dim, n_sink, window), head_dim, key_options),
-        values_(checked_rows(layers, kv_heads, head_dim, n_sink, window), head_dim, value_options) {
+        rope_(rope), state_(static_cast<std::size_t>(validated_layers(layers, kv_heads, head_dim, n_sink, window))),
+        keys_(layers * kv_heads * (n_sink + window), head_dim, key_options),
+        values_(layers * kv_heads * (n_sink + window), head_dim, value_options) {
     const Index slots = n_sink + window;
     for (auto& s : state_) s.positions.assign(static_cast<std::size_t>(slots), 0);
     if (policy == PositionPolicy::kCache) {
@@ -253,13 +253,13 @@ class BasicSinkWindowCache {
   }
   // Storage row of (layer, head, slot).
   Index row(Index layer, Index head, Index slot) const { return (layer * heads_ + head) * capacity() + slot; }
-  static Index checked_rows(Index layers, Index kv_heads, Index head_dim, Index n_sink, Index window) {
-    require(layers > 0, "layers", layers, "must be > 0");
-    require(kv_heads > 0, "kv_heads", kv_heads, "must be > 0");
-    require(head_dim > 0, "head_dim", head_dim, "must be > 0");
+  // Validates the shape before any member is sized from it (the first sized member calls it).
+  static Index validated_layers(Index layers, Index kv_heads, Index head_dim, Index n_sink, Index window) {
+    require_positive(kv_heads, "kv_heads");
+    require_positive(head_dim, "head_dim");
     require(n_sink >= 0, "n_sink", n_sink, "must be >= 0");
     require(window >= 1, "window", window, "must be >= 1");
-    return layers * kv_heads * (n_sink + window);
+    return require_positive(layers, "layers");
   }
 
   Index layers_, heads_, dim_, sinks_, window_;
