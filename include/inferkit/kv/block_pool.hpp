@@ -7,6 +7,7 @@
 // reference counted: whoever holds one (a sequence's block table, the prefix trie) retains it,
 // and it returns to the free list when the last holder releases it. Single writer.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
