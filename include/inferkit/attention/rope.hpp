@@ -25,12 +25,29 @@ struct RopeOptions {
 };
 
 namespace detail {
-inline Index rope_validate(const Tensor3View<float>& x, const RopeOptions& opt) {
+/// The rotary dimension for rows of head_dim values, after checking the options.
+inline Index rope_rotary_dim(Index head_dim, const RopeOptions& opt) {
   require(std::isfinite(opt.base) && opt.base > 1.0, "base", opt.base, "must be finite and > 1");
-  const Index rd = opt.rotary_dim == 0 ? x.dim2() : opt.rotary_dim;
-  require(rd > 0 && rd <= x.dim2() && rd % 2 == 0, "rotary_dim", opt.rotary_dim,
-          "must be 0 or an even number in [2, head_dim = " + std::to_string(x.dim2()) + "]");
+  const Index rd = opt.rotary_dim == 0 ? head_dim : opt.rotary_dim;
+  require(rd > 0 && rd <= head_dim && rd % 2 == 0, "rotary_dim", opt.rotary_dim,
+          "must be 0 or an even number in [2, head_dim = " + std::to_string(head_dim) + "]");
   return rd;
+}
+
+/// The rd / 2 frequencies base^(-2i / rd).
+inline std::vector<double> rope_inv_freq(Index rd, double base) {
+  std::vector<double> inv_freq(static_cast<std::size_t>(rd / 2));
+  for (std::size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(base, -2.0 * double(i) / double(rd));
+  return inv_freq;
+}
+
+/// cos and sin of each frequency's angle at a position.
+inline void rope_cos_sin(std::int64_t position, const std::vector<double>& inv_freq, float* cos_t, float* sin_t) {
+  for (std::size_t i = 0; i < inv_freq.size(); ++i) {
+    const double angle = double(position) * inv_freq[i];
+    cos_t[i] = static_cast<float>(std::cos(angle));
+    sin_t[i] = static_cast<float>(std::sin(angle));
+  }
 }
 
 inline void rope_rotate_token(float* row_heads, Index heads, Index head_stride, Index rd, RopeStyle style,
@@ -51,19 +68,13 @@ inline void rope_rotate_token(float* row_heads, Index heads, Index head_stride, 
 
 /// Rotates x = [tokens, heads, head_dim] in place; token t is at positions[t].
 inline void apply_rope(Tensor3View<float> x, std::span<const std::int32_t> positions, const RopeOptions& opt = {}) {
-  const Index rd = detail::rope_validate(x, opt);
+  const Index rd = detail::rope_rotary_dim(x.dim2(), opt);
   require(static_cast<Index>(positions.size()) == x.dim0(), "positions.size()", positions.size(),
           "must equal the number of tokens (" + std::to_string(x.dim0()) + ")");
-  const Index half = rd / 2;
-  std::vector<double> inv_freq(static_cast<std::size_t>(half));
-  for (Index i = 0; i < half; ++i) inv_freq[i] = std::pow(opt.base, -2.0 * double(i) / double(rd));
-  std::vector<float> cos_t(static_cast<std::size_t>(half)), sin_t(static_cast<std::size_t>(half));
+  const std::vector<double> inv_freq = detail::rope_inv_freq(rd, opt.base);
+  std::vector<float> cos_t(inv_freq.size()), sin_t(inv_freq.size());
   for (Index t = 0; t < x.dim0(); ++t) {
-    for (Index i = 0; i < half; ++i) {
-      const double angle = double(positions[t]) * inv_freq[i];
-      cos_t[i] = static_cast<float>(std::cos(angle));
-      sin_t[i] = static_cast<float>(std::sin(angle));
-    }
+    detail::rope_cos_sin(positions[t], inv_freq, cos_t.data(), sin_t.data());
     detail::rope_rotate_token(x.ptr(t, 0), x.dim1(), x.stride1(), rd, opt.style, cos_t.data(), sin_t.data());
   }
 }

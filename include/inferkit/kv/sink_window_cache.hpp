@@ -16,7 +16,6 @@
 // does not keep, so the quantized policy takes per-token specs only.
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -33,12 +32,13 @@ namespace inferkit {
 
 enum class PositionPolicy { kOriginal, kCache };
 
-/// A row store whose rows are rotated on read by RoPE at each row's position from a cos/sin
-/// table (or not at all when the table is null).
+/// A row store whose rows are rotated on read by RoPE at each row's position from cos / sin
+/// tables (or not at all when the tables are null).
 template <class Rows>
 struct RopedRows {
   Rows rows;
-  const float* cos_sin = nullptr;  // [position][rotary_dim / 2][2], or nullptr: no rotation
+  const float* cos = nullptr;  // [position][rotary_dim / 2], or nullptr: no rotation
+  const float* sin = nullptr;
   Index rotary_dim = 0;
   RopeStyle style = RopeStyle::kAdjacentPairs;
   TokenPositions positions;
@@ -47,23 +47,16 @@ struct RopedRows {
   QuantRowsView quantized_view() const
     requires QuantizedRows<Rows>
   {
-    return cos_sin ? QuantRowsView{} : rows.quantized_view();
+    return cos ? QuantRowsView{} : rows.quantized_view();
   }
 
   RowsF32 load_f32(Index first, Index count, Index dim, float* scratch, Index stride, bool allow_in_place) const {
-    if (!cos_sin) return rows.load_f32(first, count, dim, scratch, stride, allow_in_place);
+    if (!cos) return rows.load_f32(first, count, dim, scratch, stride, allow_in_place);
     const RowsF32 r = rows.load_f32(first, count, dim, scratch, stride, false);
-    const Index half = rotary_dim / 2;
+    const auto half = static_cast<std::size_t>(rotary_dim / 2);
     for (Index i = 0; i < count; ++i) {
-      float* v = scratch + i * stride;
-      const float* cs = cos_sin + static_cast<std::size_t>(positions[first + i]) * static_cast<std::size_t>(rotary_dim);
-      for (Index j = 0; j < half; ++j) {
-        const Index a = style == RopeStyle::kAdjacentPairs ? 2 * j : j;
-        const Index b = style == RopeStyle::kAdjacentPairs ? 2 * j + 1 : j + half;
-        const float x0 = v[a], x1 = v[b], c = cs[2 * j], s = cs[2 * j + 1];
-        v[a] = x0 * c - x1 * s;
-        v[b] = x0 * s + x1 * c;
-      }
+      const auto at = static_cast<std::size_t>(positions[first + i]) * half;
+      detail::rope_rotate_token(scratch + i * stride, 1, 0, rotary_dim, style, cos + at, sin + at);
     }
     return r;
   }
@@ -130,18 +123,13 @@ class BasicSinkWindowCache {
         values_(layers * kv_heads * (n_sink + window), head_dim, value_options) {
     const Index slots = n_sink + window;
     for (auto& s : state_) s.positions.assign(static_cast<std::size_t>(slots), 0);
-    if (policy == PositionPolicy::kCache) {
-      rotary_ = rope.rotary_dim == 0 ? head_dim : rope.rotary_dim;
-      require(rotary_ > 0 && rotary_ <= head_dim && rotary_ % 2 == 0, "rotary_dim", rope.rotary_dim,
-              "must be 0 or an even number in [2, head_dim]");
-      require(std::isfinite(rope.base) && rope.base > 1.0, "base", rope.base, "must be finite and > 1");
-      cos_sin_.resize(static_cast<std::size_t>(slots * rotary_));
+    if (policy == PositionPolicy::kCache) {  // cos / sin of every slot position
+      rotary_ = detail::rope_rotary_dim(head_dim, rope);
+      const std::vector<double> inv_freq = detail::rope_inv_freq(rotary_, rope.base);
+      cos_.resize(static_cast<std::size_t>(slots) * inv_freq.size());
+      sin_.resize(cos_.size());
       for (Index p = 0; p < slots; ++p)
-        for (Index j = 0; j < rotary_ / 2; ++j) {
-          const double angle = double(p) * std::pow(rope.base, -2.0 * double(j) / double(rotary_));
-          cos_sin_[static_cast<std::size_t>(p * rotary_ + 2 * j)] = static_cast<float>(std::cos(angle));
-          cos_sin_[static_cast<std::size_t>(p * rotary_ + 2 * j + 1)] = static_cast<float>(std::sin(angle));
-        }
+        detail::rope_cos_sin(p, inv_freq, cos_.data() + p * rotary_ / 2, sin_.data() + p * rotary_ / 2);
     }
   }
 
@@ -219,8 +207,9 @@ class BasicSinkWindowCache {
                                      ? TokenPositions{nullptr, static_cast<std::int32_t>(before)}
                                      : TokenPositions{c_->st(layer_).positions.data() + r.slot, 0};
       const Index first = c_->row(layer_, head, r.slot);
-      RopedRows<typename KeySlots::Rows> keys{c_->keys_.rows(first), c_->cos_sin_.empty() ? nullptr : c_->cos_sin_.data(),
-                                              c_->rotary_, c_->rope_.style, pos};
+      const bool rotate = !c_->cos_.empty();
+      RopedRows<typename KeySlots::Rows> keys{c_->keys_.rows(first), rotate ? c_->cos_.data() : nullptr,
+                                              rotate ? c_->sin_.data() : nullptr, c_->rotary_, c_->rope_.style, pos};
       return {r.len, keys, c_->values_.rows(first), pos};
     }
 
@@ -266,7 +255,7 @@ class BasicSinkWindowCache {
   PositionPolicy policy_;
   RopeOptions rope_;
   Index rotary_ = 0;
-  std::vector<float> cos_sin_;
+  std::vector<float> cos_, sin_;  // [slot position][rotary_ / 2], kCache only
   std::vector<LayerState> state_;
   KeySlots keys_;
   ValueSlots values_;
