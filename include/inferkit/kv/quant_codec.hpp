@@ -51,6 +51,17 @@ inline void validate_quant_spec(const QuantSpec& s, const std::string& name) {
                 "-bit codes packed along head_dim");
 }
 
+/// Checks a spec for rows of `head_dim` values: packed codes fill whole bytes, and per-token
+/// groups divide the row.
+inline void validate_kv_quant(const QuantSpec& s, Index head_dim, const std::string& name) {
+  validate_quant_spec(s, name);
+  require(head_dim % s.codes_per_byte() == 0, "head_dim", head_dim,
+          "must be a multiple of " + std::to_string(s.codes_per_byte()) + " for packed codes");
+  if (s.axis == QuantAxis::kPerToken)
+    require(head_dim % s.group_size == 0, "head_dim", head_dim,
+            "must be a multiple of the per-token group_size (" + std::to_string(s.group_size) + ")");
+}
+
 namespace detail {
 
 /// Smallest binary16 value >= x (x finite, >= 0); +inf if x exceeds the binary16 range.

@@ -82,15 +82,6 @@ inline void scale_shift(float* x, Index n, float step, float zero) {
 
 }  // namespace detail
 
-/// Checks that a spec can quantize rows of `head_dim` values per token.
-inline void validate_token_quant(const QuantSpec& s, Index head_dim, const std::string& name) {
-  validate_quant_spec(s, name);
-  require(head_dim % s.codes_per_byte() == 0, "head_dim", head_dim,
-          "must be a multiple of " + std::to_string(s.codes_per_byte()) + " for packed codes");
-  require(head_dim % s.group_size == 0, "head_dim", head_dim,
-          "must be a multiple of the per-token group_size (" + std::to_string(s.group_size) + ")");
-}
-
 /// Bytes of one token's codes, and its number of parameter groups.
 inline Index token_code_bytes(const QuantSpec& s, Index d) { return d / s.codes_per_byte(); }
 inline Index token_groups(const QuantSpec& s, Index d) { return d / s.group_size; }
@@ -110,11 +101,8 @@ inline void quantize_token_row(const float* x, const QuantSpec& s, Index d, std:
 inline void dequantize_token_row(const std::uint8_t* codes, const QuantParams* params, const QuantSpec& s, Index d,
                                  float* out) {
   detail::codes_to_float(codes, d, s.bits, out);
-  const float offset = static_cast<float>(s.offset());
-  for (Index g = 0; g < token_groups(s, d); ++g) {
-    const float st = to_float(params[g].step);
-    detail::scale_shift(out + g * s.group_size, s.group_size, st, s.symmetric ? -offset * st : to_float(params[g].min));
-  }
+  for (Index g = 0; g < token_groups(s, d); ++g)
+    detail::scale_shift(out + g * s.group_size, s.group_size, to_float(params[g].step), params[g].zero(s));
 }
 
 static_assert(sizeof(QuantParams) == 4 && offsetof(QuantParams, min) == 2,

@@ -133,15 +133,8 @@ class QuantizedKvCache {
         keys_(static_cast<std::size_t>(require_positive(layers, "layers") * require_positive(kv_heads, "kv_heads"))),
         values_(keys_.size()), length_(static_cast<std::size_t>(layers), 0) {
     require(head_dim > 0, "head_dim", head_dim, "must be > 0");
-    validate_quant_spec(config.keys, "keys");
-    validate_quant_spec(config.values, "values");
-    for (const auto* s : {&config.keys, &config.values}) {
-      require(head_dim % s->codes_per_byte() == 0, "head_dim", head_dim,
-              "must be a multiple of " + std::to_string(s->codes_per_byte()) + " for packed codes");
-      if (s->axis == QuantAxis::kPerToken)
-        require(head_dim % s->group_size == 0, "head_dim", head_dim,
-                "must be a multiple of the per-token group_size (" + std::to_string(s->group_size) + ")");
-    }
+    validate_kv_quant(config.keys, head_dim, "keys");
+    validate_kv_quant(config.values, head_dim, "values");
   }
 
   Index layers() const { return layers_; }

@@ -87,7 +87,7 @@ class QuantSlots {
       : dim_(dim), spec_(spec), code_bytes_(0), groups_(0) {
     require(spec.axis == QuantAxis::kPerToken, "axis", "per-channel",
             "a sink + window cache quantizes per token (a ring keeps no runs of tokens per channel group)");
-    validate_token_quant(spec, dim, "spec");
+    validate_kv_quant(spec, dim, "spec");
     code_bytes_ = token_code_bytes(spec, dim);
     groups_ = token_groups(spec, dim);
     codes_.assign(static_cast<std::size_t>(rows * code_bytes_), 0);
