@@ -120,7 +120,7 @@ inline ContrastiveCandidates contrastive_candidates(std::span<const float> logit
   if (ids.empty())
     for (std::size_t i = 0; i < logits.size(); ++i)
       if (logits[i] > -std::numeric_limits<float>::infinity()) ids.push_back(static_cast<TokenId>(i));
-  std::sort(ids.begin(), ids.end(), [&](TokenId a, TokenId b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::sort(ids.begin(), ids.end(), DecodingOrder{logits});
   std::vector<float> w(logits.size());
   simd::exp_shifted(logits.data(), w.data(), logits.size(), s.max);
   const double z = simd::sum_as_double(w.data(), w.size());

@@ -20,6 +20,15 @@ namespace inferkit {
 
 using TokenId = std::int32_t;
 
+/// Decoding order over a row: higher logit first, ties to the lower id.
+struct DecodingOrder {
+  std::span<const float> x;
+  bool operator()(TokenId a, TokenId b) const {
+    const float xa = x[static_cast<std::size_t>(a)], xb = x[static_cast<std::size_t>(b)];
+    return xa > xb || (xa == xb && a < b);
+  }
+};
+
 struct LogitsSummary {
   float max = -std::numeric_limits<float>::infinity();
   TokenId argmax = -1;  // lowest id holding the maximum

@@ -20,6 +20,13 @@ namespace inferkit {
 
 namespace detail {
 
+/// Cuts ids to their k first in decoding order (unordered among themselves).
+inline void keep_first_k(std::vector<TokenId>& ids, std::span<const float> x, Index k) {
+  if (static_cast<Index>(ids.size()) <= k) return;
+  std::nth_element(ids.begin(), ids.begin() + (k - 1), ids.end(), DecodingOrder{x});
+  ids.resize(static_cast<std::size_t>(k));
+}
+
 /// Ids of the k best of a dense row by (logit descending, id ascending), unordered.
 /// A strided sample suggests a threshold that about k plus a margin of tokens pass; one
 /// collection pass gathers them and nth_element cuts them to k. If fewer than k pass, the
@@ -45,11 +52,7 @@ inline std::vector<TokenId> select_top_k_dense(std::span<const float> x, Index k
     collect_ids(x, t == neg_inf ? kLowestFinite : t, kHighest, ids);
     if (static_cast<Index>(ids.size()) >= k || t == neg_inf) break;
   }
-  if (static_cast<Index>(ids.size()) > k) {
-    std::nth_element(ids.begin(), ids.begin() + (k - 1), ids.end(),
-                     [&](TokenId a, TokenId b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
-    ids.resize(static_cast<std::size_t>(k));
-  }
+  keep_first_k(ids, x, k);
   return ids;
 }
 
@@ -63,10 +66,7 @@ inline void apply_top_k(Candidates& c, Index k) {
   }
   if (static_cast<Index>(c.ids().size()) <= k) return;
   std::vector<TokenId> ids = c.ids();
-  const auto x = c.logits();
-  std::nth_element(ids.begin(), ids.begin() + (k - 1), ids.end(),
-                   [&](TokenId a, TokenId b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
-  ids.resize(static_cast<std::size_t>(k));
+  detail::keep_first_k(ids, c.logits(), k);
   c.restrict_to(std::move(ids));
 }
 

@@ -49,12 +49,15 @@ struct NucleusEnd {
   Index kept = 0;
 };
 
-/// Sorts ids into decoding order and returns their weights in that order.
-inline std::vector<float> rank_with_weights(std::span<const float> x, float max, std::vector<TokenId>& ids) {
-  std::sort(ids.begin(), ids.end(), [&](TokenId a, TokenId b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
-  std::vector<float> g(ids.size()), w(ids.size());
-  for (std::size_t j = 0; j < ids.size(); ++j) g[j] = x[static_cast<std::size_t>(ids[j])];
-  simd::exp_shifted(g.data(), w.data(), g.size(), max);
+/// Sorts (logit, id) pairs into decoding order (logit descending, id ascending) and returns
+/// their weights in that order. The pairs carry their logits, so the sort reads no row.
+inline std::vector<float> rank_with_weights(std::vector<std::pair<float, TokenId>>& ranked, float max) {
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  std::vector<float> w(ranked.size());
+  for (std::size_t j = 0; j < ranked.size(); ++j) w[j] = ranked[j].first;
+  simd::exp_shifted(w.data(), w.data(), w.size(), max);
   return w;
 }
 
@@ -354,15 +357,10 @@ inline NucleusEnd nucleus_in(float max, TokenSet& set, double cum, double target
     set.keep_range(lower, upper);
     if (set.n == before_size) break;  // rounding left the pivots inert
   }
-  // Rank what is left by (logit descending, id ascending), comparing the set's own copies.
+  // Rank what is left.
   std::vector<std::pair<float, TokenId>> ranked(set.n);
   for (std::size_t j = 0; j < set.n; ++j) ranked[j] = {set.l[j], set.id[j]};
-  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  std::vector<float> rl(ranked.size()), rw(ranked.size());
-  for (std::size_t j = 0; j < ranked.size(); ++j) rl[j] = ranked[j].first;
-  simd::exp_shifted(rl.data(), rw.data(), rl.size(), max);
+  const std::vector<float> rw = rank_with_weights(ranked, max);
   const std::size_t keep = std::max<std::size_t>(1, prefix_reaching(rw.data(), rw.size(), cum, target));
   return {ranked[keep - 1].second, before + static_cast<Index>(keep)};
 }
@@ -400,12 +398,15 @@ inline void apply_top_p(Candidates& c, float p, Index min_keep = 1) {
   const float max = c.summary().max;
   const auto x = c.logits();
   if (!c.dense()) {
-    std::vector<TokenId> ids = c.ids();
-    const std::vector<float> w = detail::rank_with_weights(x, max, ids);
+    std::vector<std::pair<float, TokenId>> ranked;
+    ranked.reserve(c.ids().size());
+    for (TokenId id : c.ids()) ranked.emplace_back(x[static_cast<std::size_t>(id)], id);
+    const std::vector<float> w = detail::rank_with_weights(ranked, max);
     const double z = simd::sum_as_double(w.data(), w.size());
     std::size_t keep = detail::prefix_reaching(w.data(), w.size(), 0.0, double(p) * z);
-    keep = std::max(keep, std::min(ids.size(), static_cast<std::size_t>(min_keep)));
-    ids.resize(keep);
+    keep = std::max(keep, std::min(ranked.size(), static_cast<std::size_t>(min_keep)));
+    std::vector<TokenId> ids(keep);
+    for (std::size_t j = 0; j < keep; ++j) ids[j] = ranked[j].second;
     c.restrict_to(std::move(ids));
     return;
   }
