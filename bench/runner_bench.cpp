@@ -37,10 +37,10 @@ void BM_generate(benchmark::State& state) {
   omp_set_num_threads(static_cast<int>(state.range(0)));
 #endif
   llama2c::SamplingConfig s;
-  s.temperature = 0.8f;
-  s.top_k = 40;
-  s.top_p = 0.95f;
-  s.repeat_penalty = 1.1f;
+  s.params.temperature = 0.8f;
+  s.params.top_k = 40;
+  s.params.top_p = 0.95f;
+  s.params.repetition_penalty = 1.1f;
   s.naive = kNaive;
   double tokens = 0, seconds = 0;
   for (auto _ : state) {

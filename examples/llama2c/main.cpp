@@ -125,11 +125,11 @@ int cmd_generate(int argc, char** argv) {
   const Index steps = a.integer("--steps", 256);
   if (steps < 1) throw std::invalid_argument("--steps must be >= 1");
   llama2c::SamplingConfig s;
-  s.temperature = a.real("--temperature", 1.0f);
-  s.top_k = a.integer("--top-k", 0);
-  s.top_p = a.real("--top-p", 1.0f);
-  s.min_p = a.real("--min-p", 0.0f);
-  s.repeat_penalty = a.real("--repeat-penalty", 1.0f);
+  s.params.temperature = a.real("--temperature", 1.0f);
+  s.params.top_k = a.integer("--top-k", 0);
+  s.params.top_p = a.real("--top-p", 1.0f);
+  s.params.min_p = a.real("--min-p", 0.0f);
+  s.params.repetition_penalty = a.real("--repeat-penalty", 1.0f);
   s.repeat_last_n = a.integer("--repeat-last-n", 64);
   s.seed = static_cast<std::uint64_t>(a.integer("--seed", 42));
   llama2c::make_chain(s);  // validates the sampling parameters before any work

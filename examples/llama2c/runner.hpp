@@ -17,12 +17,8 @@ namespace llama2c {
 constexpr TokenId kBos = 1;
 
 struct SamplingConfig {
-  float temperature = 1.0f;
-  Index top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repeat_penalty = 1.0f;
-  Index repeat_last_n = 64;
+  inferkit::SamplingParams params;  // the chain's knobs, run in inferkit's default order
+  Index repeat_last_n = 64;         // history the repetition penalty sees
   std::uint64_t seed = 42;
   bool naive = false;  // baseline runs: sort-based sampling and reference attention
 };
@@ -30,17 +26,17 @@ struct SamplingConfig {
 /// The sort-based reference of the default chain (the naive baseline of the benchmarks).
 inline TokenId naive_sample(std::span<float> logits, std::span<const TokenId> history, const SamplingConfig& s,
                             const inferkit::CounterRng& rng, std::uint64_t draw) {
-  inferkit::apply_repetition_penalty(logits, history, s.repeat_penalty);
-  inferkit::reference::temperature(logits, s.temperature);
-  inferkit::reference::top_k(logits, s.top_k);
-  inferkit::reference::top_p(logits, s.top_p);
-  inferkit::reference::min_p(logits, s.min_p);
+  const inferkit::SamplingParams& p = s.params;
+  inferkit::apply_repetition_penalty(logits, history, p.repetition_penalty);
+  inferkit::reference::temperature(logits, p.temperature);
+  inferkit::reference::top_k(logits, p.top_k);
+  inferkit::reference::top_p(logits, p.top_p);
+  inferkit::reference::min_p(logits, p.min_p);
   return inferkit::reference::draw(logits, rng.uniform_double(draw));
 }
 
 inline inferkit::SamplerChain make_chain(const SamplingConfig& s) {
-  return inferkit::SamplerChain::inferkit_default({.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p,
-                                                   .min_p = s.min_p, .repetition_penalty = s.repeat_penalty});
+  return inferkit::SamplerChain::inferkit_default(s.params);
 }
 
 /// The last `n` tokens of a history (the window the penalties see).
@@ -133,7 +129,7 @@ inline std::vector<TokenId> generate_speculative(const Model& target, const Mode
       chain.sample(row, last_n(hist, s.repeat_last_n), verify_rng, 0, pi);
       if (i < k) hist.push_back(drafts[static_cast<std::size_t>(i)]);
     }
-    const auto r = s.temperature == 0.0f
+    const auto r = s.params.temperature == 0.0f
                        ? inferkit::verify_greedy(drafts, {p.data(), k + 1, V})
                        : inferkit::verify_draft(drafts, {q.data(), k, V}, {p.data(), k + 1, V}, verify_rng,
                                                 static_cast<std::uint64_t>(pos) * static_cast<std::uint64_t>(k + 1));

@@ -111,7 +111,7 @@ TEST_CASE("logits at the first 8 positions match llama2.c within 1e-4", "[exampl
 TEST_CASE("speculative greedy equals plain greedy (self-speculation and a separate draft)", "[example][llama2c]") {
   const auto target = small_random(3, 2, 11);
   llama2c::SamplingConfig s;
-  s.temperature = 0.0f;
+  s.params.temperature = 0.0f;
   const std::vector<TokenId> prompt{5, 9, 42};
   const auto plain = llama2c::generate(target, prompt, 40, s);
   for (int layers : {1, 2}) CHECK(llama2c::generate_speculative(target, nullptr, layers, prompt, 40, 4, s) == plain);
@@ -213,7 +213,7 @@ TEST_CASE("prefix reuse changes no output and saves the shared prefill", "[examp
   }
   prompts.push_back(prompts[1]);  // an exact repeat
   llama2c::SamplingConfig s;
-  s.temperature = 0.7f;
+  s.params.temperature = 0.7f;
   s.seed = 5;
   llama2c::PrefixReuseStats with, without;
   const auto reused = llama2c::serve_prompts(m, prompts, 12, s, 8, "test-model", true, &with);
