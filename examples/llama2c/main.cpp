@@ -49,26 +49,24 @@ class Args {
     }
   }
   bool has(const std::string& f) const { return flags_.count(f) != 0; }
+  // The flag's value read whole by parse (std::stol / std::stof style), or def when absent.
+  template <class T, class Parse>
+  T parsed(const std::string& f, T def, Parse parse, const char* what) const {
+    if (!has(f)) return def;
+    try {
+      std::size_t used = 0;
+      const T v = parse(flags_.at(f), &used);
+      if (used == flags_.at(f).size()) return v;
+    } catch (const std::exception&) {
+    }
+    throw std::invalid_argument(f + " = '" + flags_.at(f) + "' is invalid: must be " + what);
+  }
   std::string str(const std::string& f, const std::string& def = "") const { return has(f) ? flags_.at(f) : def; }
   long integer(const std::string& f, long def) const {
-    if (!has(f)) return def;
-    try {
-      std::size_t used = 0;
-      const long v = std::stol(flags_.at(f), &used);
-      if (used == flags_.at(f).size()) return v;
-    } catch (const std::exception&) {
-    }
-    throw std::invalid_argument(f + " = '" + flags_.at(f) + "' is invalid: must be an integer");
+    return parsed(f, def, [](const std::string& v, std::size_t* used) { return std::stol(v, used); }, "an integer");
   }
   float real(const std::string& f, float def) const {
-    if (!has(f)) return def;
-    try {
-      std::size_t used = 0;
-      const float v = std::stof(flags_.at(f), &used);
-      if (used == flags_.at(f).size()) return v;
-    } catch (const std::exception&) {
-    }
-    throw std::invalid_argument(f + " = '" + flags_.at(f) + "' is invalid: must be a number");
+    return parsed(f, def, [](const std::string& v, std::size_t* used) { return std::stof(v, used); }, "a number");
   }
 
  private:
