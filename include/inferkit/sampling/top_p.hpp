@@ -127,7 +127,7 @@ struct TokenSet {
       const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
       for (; j + 16 <= n; j += 16) {
         const __m512 lv = _mm512_loadu_ps(l.data() + j);
-        const __mmask16 m = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(lv, vlo, _CMP_GE_OQ), lv, vhi, _CMP_LE_OQ);
+        const __mmask16 m = in_range_mask(lv, vlo, vhi);
         const __m512 wv = _mm512_loadu_ps(w.data() + j);
         const __m512i iv = _mm512_loadu_si512(id.data() + j);
         _mm512_storeu_ps(l.data() + k, _mm512_maskz_compress_ps(m, lv));
@@ -163,7 +163,7 @@ inline void gather_range(std::span<const float> x, float lo, float hi, TokenSet&
     __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (; i + 16 <= n; i += 16) {
       const __m512 v = _mm512_loadu_ps(x.data() + i);
-      const __mmask16 m = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ), v, vhi, _CMP_LE_OQ);
+      const __mmask16 m = in_range_mask(v, vlo, vhi);
       _mm512_storeu_ps(s.l.data() + s.n, _mm512_maskz_compress_ps(m, v));
       _mm512_storeu_si512(s.id.data() + s.n, _mm512_maskz_compress_epi32(m, idx));
       s.n += static_cast<std::size_t>(__builtin_popcount(m));

@@ -17,6 +17,13 @@
 
 namespace inferkit::detail {
 
+#if defined(__AVX512F__)
+/// Lanes of v with lo <= v <= hi (NaN-free input).
+inline __mmask16 in_range_mask(__m512 v, __m512 lo, __m512 hi) {
+  return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ), v, hi, _CMP_LE_OQ);
+}
+#endif
+
 /// Appends to out, in ascending order, every id i with lo <= x[i] <= hi.
 inline void collect_ids(std::span<const float> x, float lo, float hi, std::vector<TokenId>& out) {
   const std::size_t n = x.size();
@@ -32,7 +39,7 @@ inline void collect_ids(std::span<const float> x, float lo, float hi, std::vecto
     const __m512i step = _mm512_set1_epi32(16);
     for (; i + 16 <= n; i += 16) {
       const __m512 v = _mm512_loadu_ps(x.data() + i);
-      const __mmask16 m = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(v, vlo, _CMP_GE_OQ), v, vhi, _CMP_LE_OQ);
+      const __mmask16 m = in_range_mask(v, vlo, vhi);
       _mm512_mask_compressstoreu_epi32(room + count, m, idx);
       count += static_cast<std::size_t>(__builtin_popcount(m));
       idx = _mm512_add_epi32(idx, step);
