@@ -56,6 +56,15 @@ inline AsymmetricStepF16 asymmetric_step_f16(float lo, float hi, int levels) {
   return p;
 }
 
+/// Signed code of `x` under a symmetric step: round(x / step) to nearest (ties to even),
+/// clamped to [-q_max, q_max]; 0 for a zero step. The weight and activation formats of quant/
+/// use this form (their codes are stored signed, or offset by a constant).
+inline int symmetric_code(float x, float step, int q_max) {
+  if (step == 0.0f) return 0;
+  const float q = std::nearbyint(x / step);
+  return static_cast<int>(std::clamp(q, -static_cast<float>(q_max), static_cast<float>(q_max)));
+}
+
 /// Code of `x` for a group that dequantizes as `code * step + zero`: round((x - zero) / step)
 /// to nearest (ties to even under the default rounding mode), clamped to [0, max_code]. A zero
 /// step (a group of zeros) gives `code_for_zero_step`.

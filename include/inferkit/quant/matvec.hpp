@@ -1,0 +1,146 @@
+#pragma once
+// Matrix-vector products with quantized weights, for decode (one activation row): y = W x.
+//
+// Float activations (ActivationFormat::kFloat): codes are dequantized in registers and
+// multiplied by the float x, accumulating in float:
+//   Int8Weights: y_n = scale_n * sum_k code[n, k] x_k
+//   Int4Weights: y_n = sum_g step_g sum_{k in g} code_k x_k + sum_g zero_g sum_{k in g} x_k
+// (the same value as sum_k dequantized(n, k) x_k up to float rounding).
+//
+// Int8 activations (ActivationFormat::kInt8): x is quantized with the symmetric int8 rule and
+// the products run on integer dot products:
+//   Int8Weights: one scale for the whole of x (W8A8, exactly matmul() on a one-row X);
+//   Int4Weights: one scale per block of 32 features (llama.cpp's Q4 x Q8_0 road), block sums
+//   in int32, then y_n = sum_b step_g(b) d_b P_b + sum_b zero_g(b) d_b Q_b (int4_kernels.hpp).
+// Dequantizing int4 to float costs more arithmetic per weight than the bytes it saves; the
+// int8 road replaces it by one integer multiply-add per byte.
+//
+// Threads split output rows in fixed blocks; each y_n is computed by the same arithmetic
+// whatever the thread count. Float sums are ordered by the kernel path (AVX-512, AVX2 or
+// scalar), so float-activation results differ across paths by rounding only.
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "inferkit/core/aligned_buffer.hpp"
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/threading.hpp"
+#include "inferkit/core/view.hpp"
+#include "inferkit/quant/detail/activation_rows.hpp"
+#include "inferkit/quant/detail/int4_kernels.hpp"
+#include "inferkit/quant/detail/int8_kernels.hpp"
+#include "inferkit/quant/int4_weights.hpp"
+#include "inferkit/quant/int8_weights.hpp"
+#include "inferkit/quant/kernel_path.hpp"
+#include "inferkit/quant/matmul.hpp"
+
+namespace inferkit {
+
+/// How a matrix-vector product treats its activations.
+enum class ActivationFormat {
+  kFloat,  ///< float activations, weights dequantized in registers
+  kInt8,   ///< activations quantized to int8 (per vector for int8 weights, per 32-block for int4)
+};
+
+/// Options of a quantized matrix-vector product.
+struct MatvecOptions {
+  ActivationFormat activations = ActivationFormat::kFloat;  ///< float or int8 activations
+  int threads = 0;                                          ///< 0 = OpenMP's default
+  QuantKernel kernel = QuantKernel::kAuto;                  ///< instruction-set path
+};
+
+namespace detail {
+
+inline void check_matvec_shapes(Index rows, Index cols, std::span<const float> x, std::span<float> y) {
+  require(static_cast<Index>(x.size()) == cols, "x.size()", x.size(), "must equal w.cols() (" + std::to_string(cols) + ")");
+  require(static_cast<Index>(y.size()) == rows, "y.size()", y.size(), "must equal w.rows() (" + std::to_string(rows) + ")");
+}
+
+/// Threads for a product over `work` weights: one below ~64k weights (a parallel region costs
+/// more than it saves there).
+inline int matvec_threads(int requested, Index work) { return work < (Index{1} << 16) ? 1 : resolve_threads(requested); }
+
+}  // namespace detail
+
+/// y = W x with int8 weights (see the file comment for both activation forms). Throws
+/// std::invalid_argument naming `x.size()` or `y.size()` for a shape mismatch, `x[i]` for a NaN
+/// or infinite activation, or the kernel path. `y` must not alias `x`.
+inline void matvec(const Int8Weights& w, std::span<const float> x, std::span<float> y, const MatvecOptions& options = {}) {
+  detail::check_matvec_shapes(w.rows(), w.cols(), x, y);
+  if (options.activations == ActivationFormat::kInt8) {
+    matmul(MatrixView<const float>(x.data(), 1, w.cols()), w, MatrixView<float>(y.data(), 1, w.rows()),
+           {.scale = ActivationScale::kPerToken, .threads = options.threads, .kernel = options.kernel});
+    return;
+  }
+  const QuantKernel kernel = resolve_quant_kernel(options.kernel);
+  detail::require_finite_span(x, "x");
+  AlignedBuffer<float> xp(static_cast<std::size_t>(w.padded_cols()));
+  std::copy(x.begin(), x.end(), xp.data());
+  std::fill(xp.data() + w.cols(), xp.data() + w.padded_cols(), 0.0f);
+  constexpr Index kPanelsPerBlock = 4;
+  const Index panels = w.panels(), blocks = (panels + kPanelsPerBlock - 1) / kPanelsPerBlock;
+  const int threads = detail::matvec_threads(options.threads, w.rows() * w.cols());
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (Index b = 0; b < blocks; ++b) {
+    const Index p0 = b * kPanelsPerBlock;
+    detail::int8_matvec_panels(kernel, w, xp.data(), p0, std::min(kPanelsPerBlock, panels - p0), y.data());
+  }
+}
+
+/// y = W x with int4 weights (see the file comment for both activation forms). Throws
+/// std::invalid_argument naming `x.size()` or `y.size()` for a shape mismatch, `x[i]` for a NaN
+/// or infinite activation, or the kernel path. `y` must not alias `x`.
+inline void matvec(const Int4Weights& w, std::span<const float> x, std::span<float> y, const MatvecOptions& options = {}) {
+  detail::check_matvec_shapes(w.rows(), w.cols(), x, y);
+  const QuantKernel kernel = resolve_quant_kernel(options.kernel);
+  detail::require_finite_span(x, "x");
+  const Index K = w.cols(), Kp = w.padded_cols(), N = w.rows();
+  const int threads = detail::matvec_threads(options.threads, N * K);
+  constexpr Index kRowsPerBlock = 16;
+  const Index blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (options.activations == ActivationFormat::kFloat) {
+    AlignedBuffer<float> xp(static_cast<std::size_t>(Kp));
+    std::copy(x.begin(), x.end(), xp.data());
+    std::fill(xp.data() + K, xp.data() + Kp, 0.0f);
+    const Index G = w.spec().group_size;
+    std::vector<float> gsum(static_cast<std::size_t>(w.groups_per_row()), 0.0f);
+    for (Index k = 0; k < K; ++k) gsum[static_cast<std::size_t>(k / G)] += x[static_cast<std::size_t>(k)];
+    const detail::Int4FloatInput in{xp.data(), gsum.data()};
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+      detail::Int4RowScratch scratch(w);
+#pragma omp for schedule(static)
+      for (Index b = 0; b < blocks; ++b)
+        for (Index n = b * kRowsPerBlock; n < std::min(N, (b + 1) * kRowsPerBlock); ++n)
+          y[static_cast<std::size_t>(n)] = detail::int4_row_float(kernel, w, n, in, scratch);
+    }
+    return;
+  }
+  // int8 activations per block of 32 (llama.cpp's Q8_0).
+  const Index nb = Kp / detail::kQ8Block;
+  AlignedBuffer<std::int8_t> q(static_cast<std::size_t>(Kp));
+  std::vector<float> d(static_cast<std::size_t>(nb), 0.0f), dq(static_cast<std::size_t>(nb), 0.0f);
+  for (Index b = 0; b < nb; ++b) {
+    const Index k0 = b * detail::kQ8Block, n = std::clamp<Index>(K - k0, 0, detail::kQ8Block);
+    const float* xb = x.data() + std::min(k0, K);
+    const float step = detail::abs_max(xb, n) / 127.0f;
+    detail::quantize_row_int8(xb, n, detail::kQ8Block, step, false, kernel, q.data() + k0);
+    std::int32_t sum = 0;
+    for (Index i = 0; i < detail::kQ8Block; ++i) sum += q[static_cast<std::size_t>(k0 + i)];
+    d[static_cast<std::size_t>(b)] = step;
+    dq[static_cast<std::size_t>(b)] = step * static_cast<float>(sum);
+  }
+  const detail::Int4Q8Input in{q.data(), d.data(), dq.data()};
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    detail::Int4RowScratch scratch(w);
+#pragma omp for schedule(static)
+    for (Index b = 0; b < blocks; ++b)
+      for (Index n = b * kRowsPerBlock; n < std::min(N, (b + 1) * kRowsPerBlock); ++n)
+        y[static_cast<std::size_t>(n)] = detail::int4_row_q8(kernel, w, n, in, scratch);
+  }
+}
+
+}  // namespace inferkit
