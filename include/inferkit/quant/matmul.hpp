@@ -34,6 +34,7 @@
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/detail/activation_rows.hpp"
 #include "inferkit/quant/detail/int8_kernels.hpp"
+#include "inferkit/quant/detail/parallel.hpp"
 #include "inferkit/quant/int8_weights.hpp"
 #include "inferkit/quant/kernel_path.hpp"
 
@@ -132,10 +133,10 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
       const float s = *std::max_element(xs.begin(), xs.end());
       std::fill(xs.begin(), xs.end(), s);
     }
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && M * K >= (1 << 16))
-    for (Index m = 0; m < M; ++m)
+    detail::parallel_items(M * K >= (1 << 16) ? threads : 1, M, [&](Index m) {
       detail::quantize_row_int8(rows[static_cast<std::size_t>(m)], K, Kp, xs[static_cast<std::size_t>(m)], offset, kernel,
                                 xq.data() + m * Kp);
+    });
   }
 
   // Outlier operands: X[:, O] [M x |O|] and Wf[:, O]^T [|O| x N].
@@ -163,8 +164,8 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
   const int tile_rows = detail::w8a8_tile_rows(kernel);
   const Index panels = w.panels(), per_unit = detail::kW8A8TilePanels;
   const Index units = (panels + per_unit - 1) / per_unit;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && units > 1)
-  for (Index u = 0; u < units; ++u) {
+  const int work_threads = M * N * K >= (Index{1} << 16) ? threads : 1;  // below that a region costs more
+  detail::parallel_items(work_threads, units, [&](Index u) {
     const Index p0 = u * per_unit, np = std::min(per_unit, panels - p0);
     const std::int8_t* xr[detail::kW8A8TileRows];
     float* yr[detail::kW8A8TileRows];
@@ -183,7 +184,7 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
           simd::axpy(y.row_ptr(m) + n0, xo[static_cast<std::size_t>(m * n_out + j)], wo.data() + j * N + n0,
                      static_cast<std::size_t>(n1 - n0));
     }
-  }
+  });
   return stats;
 }
 

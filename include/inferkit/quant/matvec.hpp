@@ -26,11 +26,13 @@
 
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/error.hpp"
+#include "inferkit/core/simd.hpp"
 #include "inferkit/core/threading.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/detail/activation_rows.hpp"
 #include "inferkit/quant/detail/int4_kernels.hpp"
 #include "inferkit/quant/detail/int8_kernels.hpp"
+#include "inferkit/quant/detail/parallel.hpp"
 #include "inferkit/quant/int4_weights.hpp"
 #include "inferkit/quant/int8_weights.hpp"
 #include "inferkit/quant/kernel_path.hpp"
@@ -76,17 +78,20 @@ inline void matvec(const Int8Weights& w, std::span<const float> x, std::span<flo
   }
   const QuantKernel kernel = resolve_quant_kernel(options.kernel);
   detail::require_finite_span(x, "x");
-  AlignedBuffer<float> xp(static_cast<std::size_t>(w.padded_cols()));
-  std::copy(x.begin(), x.end(), xp.data());
-  std::fill(xp.data() + w.cols(), xp.data() + w.padded_cols(), 0.0f);
+  const float* xs = x.data();  // the kernels read padded_cols features: pad a copy if needed
+  AlignedBuffer<float> xp;
+  if (w.padded_cols() != w.cols()) {
+    xp.resize(static_cast<std::size_t>(w.padded_cols()));
+    std::copy(x.begin(), x.end(), xp.data());
+    std::fill(xp.data() + w.cols(), xp.data() + w.padded_cols(), 0.0f);
+    xs = xp.data();
+  }
   constexpr Index kPanelsPerBlock = 4;
   const Index panels = w.panels(), blocks = (panels + kPanelsPerBlock - 1) / kPanelsPerBlock;
-  const int threads = detail::matvec_threads(options.threads, w.rows() * w.cols());
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (Index b = 0; b < blocks; ++b) {
+  detail::parallel_items(detail::matvec_threads(options.threads, w.rows() * w.cols()), blocks, [&](Index b) {
     const Index p0 = b * kPanelsPerBlock;
-    detail::int8_matvec_panels(kernel, w, xp.data(), p0, std::min(kPanelsPerBlock, panels - p0), y.data());
-  }
+    detail::int8_matvec_panels(kernel, w, xs, p0, std::min(kPanelsPerBlock, panels - p0), y.data());
+  });
 }
 
 /// y = W x with int4 weights (see the file comment for both activation forms). Throws
@@ -100,47 +105,44 @@ inline void matvec(const Int4Weights& w, std::span<const float> x, std::span<flo
   const int threads = detail::matvec_threads(options.threads, N * K);
   constexpr Index kRowsPerBlock = 16;
   const Index blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  const auto make_scratch = [&] { return detail::Int4Scratch(w); };
+  // Rows [b * kRowsPerBlock, ...) in kernel calls of kInt4Rows rows.
+  const auto rows_of_block = [&](Index b, const auto& run) {
+    for (Index n = b * kRowsPerBlock; n < std::min(N, (b + 1) * kRowsPerBlock); n += detail::kInt4Rows)
+      run(n, static_cast<int>(std::min<Index>(detail::kInt4Rows, N - n)));
+  };
   if (options.activations == ActivationFormat::kFloat) {
-    AlignedBuffer<float> xp(static_cast<std::size_t>(Kp));
-    std::copy(x.begin(), x.end(), xp.data());
-    std::fill(xp.data() + K, xp.data() + Kp, 0.0f);
-    const Index G = w.spec().group_size;
-    std::vector<float> gsum(static_cast<std::size_t>(w.groups_per_row()), 0.0f);
-    for (Index k = 0; k < K; ++k) gsum[static_cast<std::size_t>(k / G)] += x[static_cast<std::size_t>(k)];
-    const detail::Int4FloatInput in{xp.data(), gsum.data()};
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-      detail::Int4RowScratch scratch(w);
-#pragma omp for schedule(static)
-      for (Index b = 0; b < blocks; ++b)
-        for (Index n = b * kRowsPerBlock; n < std::min(N, (b + 1) * kRowsPerBlock); ++n)
-          y[static_cast<std::size_t>(n)] = detail::int4_row_float(kernel, w, n, in, scratch);
+    const float* xs = x.data();  // the kernels read padded_cols features: pad a copy if needed
+    AlignedBuffer<float> xp;
+    if (Kp != K) {
+      xp.resize(static_cast<std::size_t>(Kp));
+      std::copy(x.begin(), x.end(), xp.data());
+      std::fill(xp.data() + K, xp.data() + Kp, 0.0f);
+      xs = xp.data();
     }
+    const Index G = w.spec().group_size;
+    std::vector<float> gsum(static_cast<std::size_t>(w.groups_per_row()));
+    for (Index g = 0; g < w.groups_per_row(); ++g)
+      gsum[static_cast<std::size_t>(g)] = simd::sum_of(xs + g * G, static_cast<std::size_t>(std::min(G, K - g * G)));
+    const detail::Int4FloatInput in{xs, gsum.data()};
+    detail::parallel_items_with(threads, blocks, make_scratch, [&](detail::Int4Scratch& scratch, Index b) {
+      rows_of_block(b, [&](Index n, int rows) { detail::int4_rows_float(kernel, w, n, rows, in, scratch, y.data() + n); });
+    });
     return;
   }
   // int8 activations per block of 32 (llama.cpp's Q8_0).
   const Index nb = Kp / detail::kQ8Block;
   AlignedBuffer<std::int8_t> q(static_cast<std::size_t>(Kp));
-  std::vector<float> d(static_cast<std::size_t>(nb), 0.0f), dq(static_cast<std::size_t>(nb), 0.0f);
-  for (Index b = 0; b < nb; ++b) {
-    const Index k0 = b * detail::kQ8Block, n = std::clamp<Index>(K - k0, 0, detail::kQ8Block);
-    const float* xb = x.data() + std::min(k0, K);
-    const float step = detail::abs_max(xb, n) / 127.0f;
-    detail::quantize_row_int8(xb, n, detail::kQ8Block, step, false, kernel, q.data() + k0);
-    std::int32_t sum = 0;
-    for (Index i = 0; i < detail::kQ8Block; ++i) sum += q[static_cast<std::size_t>(k0 + i)];
-    d[static_cast<std::size_t>(b)] = step;
-    dq[static_cast<std::size_t>(b)] = step * static_cast<float>(sum);
-  }
-  const detail::Int4Q8Input in{q.data(), d.data(), dq.data()};
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    detail::Int4RowScratch scratch(w);
-#pragma omp for schedule(static)
-    for (Index b = 0; b < blocks; ++b)
-      for (Index n = b * kRowsPerBlock; n < std::min(N, (b + 1) * kRowsPerBlock); ++n)
-        y[static_cast<std::size_t>(n)] = detail::int4_row_q8(kernel, w, n, in, scratch);
-  }
+  const Index per = w.spec().group_size / detail::kQ8Block;
+  std::vector<float> d(static_cast<std::size_t>(nb)), dqg(static_cast<std::size_t>(w.groups_per_row()), 0.0f);
+  std::vector<std::int32_t> qsum(static_cast<std::size_t>(nb));
+  detail::quantize_blocks_q8(x.data(), K, Kp, kernel, q.data(), d.data(), qsum.data());
+  for (Index b = 0; b < K / detail::kQ8Block + (K % detail::kQ8Block != 0); ++b)  // blocks holding features
+    dqg[static_cast<std::size_t>(b / per)] += d[static_cast<std::size_t>(b)] * static_cast<float>(qsum[static_cast<std::size_t>(b)]);
+  const detail::Int4Q8Input in{q.data(), d.data(), dqg.data()};
+  detail::parallel_items_with(threads, blocks, make_scratch, [&](detail::Int4Scratch& scratch, Index b) {
+    rows_of_block(b, [&](Index n, int rows) { detail::int4_rows_q8(kernel, w, n, rows, in, scratch, y.data() + n); });
+  });
 }
 
 }  // namespace inferkit

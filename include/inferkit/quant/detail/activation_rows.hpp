@@ -118,4 +118,53 @@ inline void quantize_row_int8(const float* x, Index n, Index padded, float step,
   (void)kernel;
 }
 
+/// llama.cpp's Q8_0 activations: x[0..n) in blocks of 32 (zero padded to `padded`, a multiple
+/// of 32), block b with step d[b] = max |x| / 127 over the block and codes q = symmetric_code
+/// (the same arithmetic as quantize_row_int8, so every path gives the same bytes); qsum[b] =
+/// sum of the block's codes.
+inline void quantize_blocks_q8(const float* x, Index n, Index padded, QuantKernel kernel, std::int8_t* q, float* d,
+                               std::int32_t* qsum) {
+  const Index blocks = padded / 32;
+#if defined(INFERKIT_QUANT_AVX512VNNI)
+  if (kernel == QuantKernel::kAvx512Vnni) {
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (Index b = 0; b < blocks; ++b) {
+      const Index k0 = b * 32, left = std::clamp<Index>(n - k0, 0, 32);
+      const __mmask16 m0 = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+      const __mmask16 m1 = left >= 32 ? __mmask16(0xFFFF) : left <= 16 ? __mmask16(0) : static_cast<__mmask16>((1u << (left - 16)) - 1u);
+      const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + std::min(k0, n)), v1 = _mm512_maskz_loadu_ps(m1, x + std::min(k0 + 16, n));
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+      const float step = amax / 127.0f;
+      d[b] = step;
+      if (step == 0.0f) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k0), _mm256_setzero_si256());
+        qsum[b] = 0;
+        continue;
+      }
+      const __m512 s = _mm512_set1_ps(step);
+      const auto codes = [&](__m512 v) {
+        const __m512 r = _mm512_roundscale_ps(_mm512_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+      };
+      const __m512i c0 = codes(v0), c1 = codes(v1);
+      qsum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0), _mm512_cvtepi32_epi8(c0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k0 + 16), _mm512_cvtepi32_epi8(c1));
+    }
+    return;
+  }
+#endif
+  for (Index b = 0; b < blocks; ++b) {
+    const Index k0 = b * 32, len = std::clamp<Index>(n - k0, 0, 32);
+    const float* xb = x + std::min(k0, n);
+    const float step = abs_max(xb, len) / 127.0f;
+    quantize_row_int8(xb, len, 32, step, false, kernel, q + k0);
+    std::int32_t sum = 0;
+    for (Index i = 0; i < 32; ++i) sum += q[k0 + i];
+    d[b] = step;
+    qsum[b] = sum;
+  }
+}
+
 }  // namespace inferkit::detail

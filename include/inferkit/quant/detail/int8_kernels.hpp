@@ -64,33 +64,54 @@ inline void w8a8_tile_scalar(const Int8Weights& w, const W8A8Tile& t) {
 }
 
 #if defined(INFERKIT_QUANT_AVX512VNNI)
-template <int MR>
-inline void w8a8_tile_vnni_rows(const Int8Weights& w, const W8A8Tile& t) {
-  constexpr int NR = kW8A8TilePanels;
+/// MR rows x NR panels: MR * NR int32 accumulators (24 of the 32 zmm registers at 6 x 4).
+template <int MR, int NR>
+inline void w8a8_tile_vnni_impl(const Int8Weights& w, const W8A8Tile& t) {
   const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
   const std::int8_t* wp[NR];
-  for (int j = 0; j < NR; ++j) wp[j] = w.panel(t.p0 + (j < t.np ? j : t.np - 1));  // spare lanes redo the last panel
+  #pragma GCC unroll 8
+  for (int j = 0; j < NR; ++j) wp[j] = w.panel(t.p0 + j);
+  const std::int8_t* xr[MR];
   __m512i acc[MR][NR];
-  for (int r = 0; r < MR; ++r)
+  #pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    xr[r] = t.x[r];
+    #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_si512();
+  }
   for (Index q = 0; q < quads; ++q) {
     __m512i wv[NR];
+    #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(wp[j] + q * 64);
+    #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const __m512i xb = _mm512_set1_epi32(load_i32(t.x[r] + q * 4));
+      const __m512i xb = _mm512_set1_epi32(load_i32(xr[r] + q * 4));
+      #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], xb, wv[j]);
     }
   }
-  for (int j = 0; j < t.np; ++j) {
+  #pragma GCC unroll 8
+  for (int j = 0; j < NR; ++j) {
     const Index n0 = (t.p0 + j) * Int8Weights::kPanel;
     const __m512i off = _mm512_slli_epi32(_mm512_loadu_si512(w.code_sums() + n0), 7);  // 128 * sum(code_w)
     const __m512 ws = _mm512_loadu_ps(w.scales() + n0);
     const Index left = n_out - n0;
     const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+    #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], off));
       _mm512_mask_storeu_ps(t.y[r] + n0, m, _mm512_mul_ps(v, _mm512_mul_ps(_mm512_set1_ps(t.x_scale[r]), ws)));
     }
+  }
+}
+
+template <int MR>
+inline void w8a8_tile_vnni_rows(const Int8Weights& w, const W8A8Tile& t) {
+  switch (t.np) {
+    case 1: return w8a8_tile_vnni_impl<MR, 1>(w, t);
+    case 2: return w8a8_tile_vnni_impl<MR, 2>(w, t);
+    case 3: return w8a8_tile_vnni_impl<MR, 3>(w, t);
+    default: return w8a8_tile_vnni_impl<MR, kW8A8TilePanels>(w, t);
   }
 }
 
@@ -115,11 +136,13 @@ inline void w8a8_tile_avx2_rows(const Int8Weights& w, const W8A8Tile& t) {
     const Index p = t.p0 + j, n0 = p * Int8Weights::kPanel;
     const std::int8_t* panel = w.panel(p);
     __m256i acc[MR][2];
+    #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (Index q = 0; q < quads; ++q) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * 64));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * 64 + 32));
       const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+      #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const __m256i xb = _mm256_set1_epi32(load_i32(t.x[r] + q * 4));
         acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0)), ones));
@@ -130,6 +153,7 @@ inline void w8a8_tile_avx2_rows(const Int8Weights& w, const W8A8Tile& t) {
       const Index c0 = n0 + 8 * h;
       if (c0 >= n_out) break;
       const __m256 ws = _mm256_loadu_ps(w.scales() + c0);
+      #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), _mm256_mul_ps(_mm256_set1_ps(t.x_scale[r]), ws));
         if (n_out - c0 >= 8) {
@@ -171,34 +195,59 @@ inline void w8a8_tile(QuantKernel k, const Int8Weights& w, const W8A8Tile& t) {
 
 // ---- float activations: y[n] = scale_n * sum_k code[n, k] * x[k] --------------------------
 
-/// Panels [p0, p0 + np) of the float-activation product; `x` holds padded_cols floats (zero
-/// padded). Writes y[16 p + c] for channels below rows().
+#if defined(INFERKIT_QUANT_AVX512VNNI)
+/// NP panels at once: 4 NP independent accumulator chains (one chain per 16 codes), so the
+/// FMA latency never bounds the loop, and each activation quad is loaded once for all panels.
+template <int NP>
+inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Index p0, float* y) {
+  const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
+  // acc[j][s] lane 4t + i: channel 16 (p0 + j) + 4 s + t, feature 4 q + i; a 4x4 transposing
+  // add turns the four accumulators of a panel into its 16 channel sums.
+  const std::int8_t* panel[NP];
+  __m512 acc[NP][4];
+  #pragma GCC unroll 8
+  for (int j = 0; j < NP; ++j) {
+    panel[j] = w.panel(p0 + j);
+    #pragma GCC unroll 8
+    for (int s = 0; s < 4; ++s) acc[j][s] = _mm512_setzero_ps();
+  }
+  for (Index q = 0; q < quads; ++q) {
+    const __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(x + q * 4));
+    #pragma GCC unroll 8
+    for (int j = 0; j < NP; ++j)
+      #pragma GCC unroll 8
+      for (int s = 0; s < 4; ++s) {
+        const __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel[j] + q * 64 + s * 16)));
+        acc[j][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), xv, acc[j][s]);
+      }
+  }
+  const __m512i to_channels = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  #pragma GCC unroll 8
+  for (int j = 0; j < NP; ++j) {
+    const __m512 u01 = _mm512_add_ps(_mm512_unpacklo_ps(acc[j][0], acc[j][1]), _mm512_unpackhi_ps(acc[j][0], acc[j][1]));
+    const __m512 u23 = _mm512_add_ps(_mm512_unpacklo_ps(acc[j][2], acc[j][3]), _mm512_unpackhi_ps(acc[j][2], acc[j][3]));
+    const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u01, u23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 sums = _mm512_permutexvar_ps(to_channels, v);
+    const Index n0 = (p0 + j) * 16, left = n_out - n0;
+    const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+    _mm512_mask_storeu_ps(y + n0, m, _mm512_mul_ps(sums, _mm512_loadu_ps(w.scales() + n0)));
+  }
+}
+#endif
+
+/// Panels [p0, p0 + np) (np <= 4) of the float-activation product; `x` holds padded_cols
+/// floats (zero padded). Writes y[16 p + c] for channels below rows().
 inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float* x, Index p0, Index np, float* y) {
   const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
 #if defined(INFERKIT_QUANT_AVX512VNNI)
   if (k == QuantKernel::kAvx512Vnni) {
-    // acc[s] lane 4j + i: channel 4s + j, feature 4q + i; a 4x4 transposing add gives channels.
-    const __m512i to_channels = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    for (Index p = p0; p < p0 + np; ++p) {
-      const std::int8_t* panel = w.panel(p);
-      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (Index q = 0; q < quads; ++q) {
-        const __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(x + q * 4));
-        for (int s = 0; s < 4; ++s) {
-          const __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + q * 64 + s * 16)));
-          acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), xv, acc[s]);
-        }
-      }
-      const __m512 u01 = _mm512_add_ps(_mm512_unpacklo_ps(acc[0], acc[1]), _mm512_unpackhi_ps(acc[0], acc[1]));
-      const __m512 u23 = _mm512_add_ps(_mm512_unpacklo_ps(acc[2], acc[3]), _mm512_unpackhi_ps(acc[2], acc[3]));
-      const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u01, u23, _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 2, 3, 2)));
-      const __m512 sums = _mm512_permutexvar_ps(to_channels, v);
-      const Index n0 = p * 16, left = n_out - n0;
-      const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
-      _mm512_mask_storeu_ps(y + n0, m, _mm512_mul_ps(sums, _mm512_loadu_ps(w.scales() + n0)));
+    switch (np) {
+      case 1: return int8_matvec_panels_avx512<1>(w, x, p0, y);
+      case 2: return int8_matvec_panels_avx512<2>(w, x, p0, y);
+      case 3: return int8_matvec_panels_avx512<3>(w, x, p0, y);
+      default: return int8_matvec_panels_avx512<4>(w, x, p0, y);
     }
-    return;
   }
 #endif
 #if defined(INFERKIT_QUANT_AVX2)
@@ -210,11 +259,13 @@ inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float*
       for (auto& a : acc) a = _mm256_setzero_ps();
       for (Index q = 0; q < quads; ++q) {
         const __m256 xv = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + q * 4));
+        #pragma GCC unroll 8
         for (int s = 0; s < 8; ++s) {
           const __m256i c = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(panel + q * 64 + s * 8)));
           acc[s] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), xv, acc[s]);
         }
       }
+      #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
         alignas(32) float lanes[8];
         _mm256_store_ps(lanes, acc[s]);
