@@ -99,10 +99,7 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
   std::vector<Index> outlier_cols;
   if (options.outliers) {
     std::vector<float> colmax(static_cast<std::size_t>(K), 0.0f);
-    for (Index m = 0; m < M; ++m) {
-      const float* row = x.row_ptr(m);
-      for (Index k = 0; k < K; ++k) colmax[static_cast<std::size_t>(k)] = std::max(colmax[static_cast<std::size_t>(k)], std::abs(row[k]));
-    }
+    for (Index m = 0; m < M; ++m) detail::max_abs_into(x.row_ptr(m), K, colmax.data());
     for (Index k = 0; k < K; ++k)
       if (colmax[static_cast<std::size_t>(k)] >= options.outliers->threshold) outlier_cols.push_back(k);
   }

@@ -71,6 +71,18 @@ inline float abs_max(const float* x, Index n) {
   return m;
 }
 
+/// m[i] = max(m[i], |x[i]|) for i < n (finite x): column maxima over rows.
+inline void max_abs_into(const float* x, Index n, float* m) {
+  const simd::VecF zero = simd::broadcast(0.0f);
+  const auto w = static_cast<Index>(simd::kWidth);
+  Index i = 0;
+  for (; i + w <= n; i += w) {
+    const simd::VecF v = simd::load(x + i);
+    simd::store(m + i, simd::max(simd::load(m + i), simd::max(v, zero - v)));
+  }
+  for (; i < n; ++i) m[i] = std::max(m[i], std::abs(x[i]));
+}
+
 /// Quantizes x[0..n) with `step` into out[0..padded): code = symmetric_code(x, step, 127),
 /// stored as a signed byte, or as the unsigned byte code + 128 when `offset` (the VNNI
 /// operand); out[n..padded) get code 0. A zero step gives all-zero codes.

@@ -25,6 +25,7 @@
 #include "inferkit/core/convert.hpp"
 #include "inferkit/core/half.hpp"
 #include "inferkit/core/simd.hpp"
+#include "inferkit/quant/detail/int8_kernels.hpp"
 #include "inferkit/quant/int4_weights.hpp"
 #include "inferkit/quant/kernel_path.hpp"
 
@@ -241,7 +242,7 @@ inline void int4_rows_q8_avx512(const Int4Weights& w, Index n0, const Int4Q8Inpu
       const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes[r] + c * 32));
       const __m256i lo = _mm256_and_si256(packed, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), lo4);
       const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // 64 codes, feature order
-      const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, qv);    // lanes 0-7: block 2c, 8-15: 2c + 1
+      const __m512i p = dpbusd(_mm512_setzero_si512(), u, qv);    // lanes 0-7: block 2c, 8-15: 2c + 1
       double pair;  // sd[2c], sd[2c + 1]
       std::memcpy(&pair, sd[r] + 2 * c, sizeof(pair));
       const __m512 scale = _mm512_permutexvar_ps(halves, _mm512_castpd_ps(_mm512_set1_pd(pair)));

@@ -64,6 +64,18 @@ inline void w8a8_tile_scalar(const Int8Weights& w, const W8A8Tile& t) {
 }
 
 #if defined(INFERKIT_QUANT_AVX512VNNI)
+/// acc += unsigned bytes of `u` times signed bytes of `s`, summed in fours (vpdpbusd). GCC 12
+/// compiles the intrinsic in a register-blocked loop with a copy (and a stack spill) of the
+/// accumulator around every instruction; the in-place asm form keeps accumulators in registers.
+inline __m512i dpbusd(__m512i acc, __m512i u, __m512i s) {
+#if defined(__GNUC__) && !defined(__clang__)
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+  return acc;
+#else
+  return _mm512_dpbusd_epi32(acc, u, s);
+#endif
+}
+
 /// MR rows x NR panels: MR * NR int32 accumulators (24 of the 32 zmm registers at 6 x 4).
 template <int MR, int NR>
 inline void w8a8_tile_vnni_impl(const Int8Weights& w, const W8A8Tile& t) {
@@ -87,7 +99,7 @@ inline void w8a8_tile_vnni_impl(const Int8Weights& w, const W8A8Tile& t) {
     for (int r = 0; r < MR; ++r) {
       const __m512i xb = _mm512_set1_epi32(load_i32(xr[r] + q * 4));
       #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], xb, wv[j]);
+      for (int j = 0; j < NR; ++j) acc[r][j] = dpbusd(acc[r][j], xb, wv[j]);
     }
   }
   #pragma GCC unroll 8
