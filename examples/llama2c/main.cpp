@@ -7,6 +7,8 @@
 //   inferkit-llama2c eval --model M --eval-ids FILE [--eval-range A:B]
 //       [--cache dense|window|sink-window] [--window W] [--sinks N] [--positions original|cache]
 //       [--kv-quant none|int8|int4|kivi4|kivi2] [--kv-quant-k ...] [--kv-quant-v ...]
+//   generate and eval also take [--weights f32|int8|int4] [--act-int8] [--outlier-threshold T]
+//       [--smooth ALPHA --calib-ids FILE] (quant_weights.hpp; the draft model stays float)
 //   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
 // Generation starts from BOS = 1 like llama2.c; tokens per second go to stderr.
@@ -24,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "quant_weights.hpp"
 #include "runner.hpp"
 #include "tokenizer.hpp"
 
@@ -112,14 +115,46 @@ std::optional<inferkit::KvQuantConfig> quant_config(const Args& a, Index head_di
   return cfg;
 }
 
+// --weights / --act-int8 / --outlier-threshold / --smooth / --calib-ids: quantizes the model's
+// projections in place (quant_weights.hpp); returns the bytes they read per token.
+std::size_t apply_quant_flags(const Args& a, llama2c::Model& m) {
+  llama2c::QuantOptions q;
+  const std::string w = a.str("--weights", "f32");
+  if (w == "f32") q.weights = llama2c::WeightFormat::kF32;
+  else if (w == "int8") q.weights = llama2c::WeightFormat::kInt8;
+  else if (w == "int4") q.weights = llama2c::WeightFormat::kInt4;
+  else throw std::invalid_argument("--weights = '" + w + "' is invalid: must be f32, int8 or int4");
+  q.act_int8 = a.has("--act-int8");
+  if (a.has("--outlier-threshold")) q.outlier_threshold = a.real("--outlier-threshold", 6.0f);
+  if (a.has("--smooth")) q.smooth_alpha = a.real("--smooth", 0.5f);
+  if (a.has("--calib-ids")) {
+    std::ifstream f(a.str("--calib-ids"));
+    if (!f) throw std::invalid_argument("cannot open --calib-ids file '" + a.str("--calib-ids") + "'");
+    std::stringstream text;
+    text << f.rdbuf();
+    q.calib_ids = parse_ids(text.str(), "--calib-ids");
+    for (TokenId t : q.calib_ids)
+      if (t < 0 || t >= m.config().vocab_size)
+        throw std::invalid_argument("--calib-ids: token " + std::to_string(t) + " is outside the vocabulary");
+  }
+  return llama2c::quantize_model(m, q);
+}
+const std::set<std::string> kQuantValueFlags = {"--weights", "--outlier-threshold", "--smooth", "--calib-ids"};
+
+std::set<std::string> with_quant_flags(std::set<std::string> flags) {
+  flags.insert(kQuantValueFlags.begin(), kQuantValueFlags.end());
+  return flags;
+}
+
 int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+               with_quant_flags({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
-                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer"},
-               {"--print-ids"});
+                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer"}),
+               {"--print-ids", "--act-int8"});
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
-  const auto model = llama2c::Model::load(a.str("--model"));
+  auto model = llama2c::Model::load(a.str("--model"));
+  apply_quant_flags(a, model);
   const Index steps = a.integer("--steps", 256);
   if (steps < 1) throw std::invalid_argument("--steps must be >= 1");
   llama2c::SamplingConfig s;
@@ -196,12 +231,13 @@ int cmd_generate(int argc, char** argv) {
 
 int cmd_eval(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {"--model", "--eval-ids", "--eval-range", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
-                "--kv-quant-k", "--kv-quant-v"},
-               {});
+               with_quant_flags({"--model", "--eval-ids", "--eval-range", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
+                "--kv-quant-k", "--kv-quant-v"}),
+               {"--act-int8"});
   if (!a.has("--model")) throw std::invalid_argument("eval needs --model PATH");
   if (!a.has("--eval-ids")) throw std::invalid_argument("eval needs --eval-ids FILE");
-  const auto model = llama2c::Model::load(a.str("--model"));
+  auto model = llama2c::Model::load(a.str("--model"));
+  const std::size_t weight_bytes = apply_quant_flags(a, model);
   std::ifstream f(a.str("--eval-ids"));
   if (!f) throw std::invalid_argument("cannot open --eval-ids file '" + a.str("--eval-ids") + "'");
   std::stringstream text;
@@ -234,8 +270,8 @@ int cmd_eval(int argc, char** argv) {
   else throw std::invalid_argument("--positions = '" + pos + "' is invalid: must be original or cache");
   c.quant = quant_config(a, model.config().head_size());
   const auto r = llama2c::evaluate(model, ids, c, first, last);
-  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f\n", ids.size(), static_cast<long>(r.count),
-              r.mean_nll, r.ppl(), r.kv_bytes);
+  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f weight_bytes %zu\n", ids.size(),
+              static_cast<long>(r.count), r.mean_nll, r.ppl(), r.kv_bytes, weight_bytes);
   return 0;
 }
 
