@@ -67,6 +67,7 @@ struct ErrorReportOptions {
 struct MethodError {
   QuantMethod method{};          ///< the method
   double relative_error = 0;     ///< ||Y - Y_64||_F / ||Y_64||_F (the absolute norm if Y_64 = 0)
+  double reference_norm = 0;     ///< ||Y_64||_F, to pool errors over several products
   Index outlier_columns = 0;     ///< columns LLM.int8() ran in fp32 (that method only)
   std::size_t weight_bytes = 0;  ///< bytes of the quantized weights the method reads
 };
@@ -113,6 +114,9 @@ inline std::vector<MethodError> quantization_error_report(MatrixView<const float
                                                           const ErrorReportOptions& options = {},
                                                           std::span<const QuantMethod> methods = kAllQuantMethods) {
   const auto ref = reference_product(x, w, options.threads);
+  double ref_norm = 0;
+  for (double r : ref) ref_norm += r * r;
+  ref_norm = std::sqrt(ref_norm);
   const Index M = x.rows(), N = w.rows(), K = x.cols();
   std::vector<float> y(static_cast<std::size_t>(M * N));
   const MatrixView<float> yv(y.data(), M, N);
@@ -179,6 +183,7 @@ inline std::vector<MethodError> quantization_error_report(MatrixView<const float
       }
     }
     e.relative_error = relative_error(yv, ref);
+    e.reference_norm = ref_norm;
     out.push_back(e);
   }
   return out;
