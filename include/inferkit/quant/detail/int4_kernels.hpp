@@ -54,29 +54,43 @@ struct Int4Q8Input {
 };
 
 /// Per-thread scratch: steps and zeros of kInt4Rows rows as floats, one row every `stride`
-/// floats with zeros past the row's groups (kernels read two steps per chunk), and the per-block
-/// scales step_g(b) * d_b of the int8 road.
+/// floats with zeros past the row's groups (kernels read two steps per chunk: a row never
+/// writes past its groups, so the padding stays zero), and the per-block scales
+/// step_g(b) * d_b of the int8 road.
 struct Int4Scratch {
   Index stride, groups;
-  std::vector<float> step, zero, sd, tmp;
+  std::vector<float> step, zero, sd;
   explicit Int4Scratch(const Int4Weights& w)
       : stride(w.padded_cols() / 32 + 2),
         groups(w.groups_per_row()),
         step(static_cast<std::size_t>(kInt4Rows * stride), 0.0f),
         zero(step.size(), 0.0f),
-        sd(step.size(), 0.0f),
-        tmp(static_cast<std::size_t>(kInt4Rows * groups)) {}
+        sd(step.size(), 0.0f) {}
 
   /// Steps and zeros of rows [n0, n0 + rows), converted in one vector pass each.
   void load(const Int4Weights& w, Index n0, int rows) {
-    const auto g = static_cast<std::size_t>(groups), n = static_cast<std::size_t>(rows) * g;
-    convert(w.row_steps(n0), tmp.data(), n);  // rows are contiguous in the weights
-    for (int r = 0; r < rows; ++r) std::copy_n(tmp.data() + r * g, g, step.data() + r * stride);
-    if (const Float16* mn = w.row_mins(n0)) {
-      convert(mn, tmp.data(), n);
-      for (int r = 0; r < rows; ++r) std::copy_n(tmp.data() + r * g, g, zero.data() + r * stride);
-    } else {
-      for (std::size_t i = 0; i < static_cast<std::size_t>(rows * stride); ++i) zero[i] = -8.0f * step[i];
+    const auto g = static_cast<std::size_t>(groups);
+    for (int r = 0; r < rows; ++r) {
+      float* st = step.data() + r * stride;
+      float* z = zero.data() + r * stride;
+      const Float16* mn = w.row_mins(n0 + r);
+#if defined(INFERKIT_QUANT_AVX512VNNI)
+      // Masked 16-wide conversions: rows of a few groups cost one instruction, not a scalar tail.
+      const auto* sp = reinterpret_cast<const std::uint16_t*>(w.row_steps(n0 + r));
+      const auto* mp = reinterpret_cast<const std::uint16_t*>(mn);
+      for (Index i = 0; i < groups; i += 16) {
+        const __mmask16 m = groups - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (groups - i)) - 1u);
+        const __m512 sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sp + i));
+        _mm512_mask_storeu_ps(st + i, m, sv);
+        _mm512_mask_storeu_ps(z + i, m,
+                              mp ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mp + i)) : _mm512_mul_ps(sv, _mm512_set1_ps(-8.0f)));
+      }
+      continue;
+#endif
+      convert(w.row_steps(n0 + r), st, g);
+      if (mn) convert(mn, z, g);
+      else
+        for (std::size_t i = 0; i < g; ++i) z[i] = -8.0f * st[i];
     }
   }
   const float* steps(int r) const { return step.data() + r * stride; }
@@ -98,6 +112,17 @@ inline float int4_zero_term(const float* zero, const float* v, Index groups) {
 // ---- float activations --------------------------------------------------------------------
 
 #if defined(INFERKIT_QUANT_AVX512VNNI)
+/// The zero term sum_g zero_g * v_g of a row as a vector of 16 partial sums (masked loads for
+/// the tail), added to the row's accumulator before its single horizontal reduction.
+inline __m512 int4_zero_term_avx512(const float* zero, const float* v, Index groups) {
+  __m512 a = _mm512_setzero_ps();
+  for (Index i = 0; i < groups; i += 16) {
+    const __mmask16 m = groups - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (groups - i)) - 1u);
+    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, zero + i), _mm512_maskz_loadu_ps(m, v + i), a);
+  }
+  return a;
+}
+
 template <int R>
 inline void int4_rows_float_avx512(const Int4Weights& w, Index n0, const Int4FloatInput& in, const Int4Scratch& s,
                                    float* main) {
@@ -113,7 +138,8 @@ inline void int4_rows_float_avx512(const Int4Weights& w, Index n0, const Int4Flo
     st[r] = s.steps(r);
     acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   }
-  for (Index c = 0; c < chunks; ++c) {
+  // One chunk of every row; accumulators by static index only, so they stay in registers.
+  const auto chunk = [&](Index c, int slot) {
     const float* xc = in.x + c * 64;
     const __m512 x0 = _mm512_loadu_ps(xc), x1 = _mm512_loadu_ps(xc + 16);
     const __m512 x2 = _mm512_loadu_ps(xc + 32), x3 = _mm512_loadu_ps(xc + 48);
@@ -129,13 +155,23 @@ inline void int4_rows_float_avx512(const Int4Weights& w, Index n0, const Int4Flo
       if (g32) {
         acc[r][0] = _mm512_fmadd_ps(plo, _mm512_set1_ps(st[r][2 * c]), acc[r][0]);
         acc[r][1] = _mm512_fmadd_ps(phi, _mm512_set1_ps(st[r][2 * c + 1]), acc[r][1]);
+      } else if (slot == 0) {
+        acc[r][0] = _mm512_fmadd_ps(_mm512_add_ps(plo, phi), _mm512_set1_ps(st[r][c]), acc[r][0]);
       } else {
-        acc[r][c & 1] = _mm512_fmadd_ps(_mm512_add_ps(plo, phi), _mm512_set1_ps(st[r][c]), acc[r][c & 1]);
+        acc[r][1] = _mm512_fmadd_ps(_mm512_add_ps(plo, phi), _mm512_set1_ps(st[r][c]), acc[r][1]);
       }
     }
+  };
+  Index c = 0;
+  for (; c + 2 <= chunks; c += 2) {
+    chunk(c, 0);
+    chunk(c + 1, 1);
   }
+  if (c < chunks) chunk(c, 0);
   #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) main[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+  for (int r = 0; r < R; ++r)
+    main[r] = _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), int4_zero_term_avx512(s.zeros(r), in.gsum, s.groups)));
 }
 #endif
 
@@ -203,7 +239,8 @@ inline void int4_rows_float(QuantKernel k, const Int4Weights& w, Index n0, int r
       case 3: int4_rows_float_avx512<3>(w, n0, in, s, main); break;
       default: int4_rows_float_avx512<4>(w, n0, in, s, main); break;
     }
-    done = true;
+    for (int r = 0; r < rows; ++r) y[r] = main[r];  // the zero term is inside
+    return;
   }
 #endif
 #if defined(INFERKIT_QUANT_AVX2)
@@ -235,22 +272,31 @@ inline void int4_rows_q8_avx512(const Int4Weights& w, Index n0, const Int4Q8Inpu
     sd[r] = s.scales(r);
     acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   }
-  for (Index c = 0; c < chunks; ++c) {
+  const auto chunk = [&](Index c, int slot) {
     const __m512i qv = _mm512_loadu_si512(in.q + c * 64);
     #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes[r] + c * 32));
       const __m256i lo = _mm256_and_si256(packed, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), lo4);
       const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // 64 codes, feature order
-      const __m512i p = dpbusd(_mm512_setzero_si512(), u, qv);    // lanes 0-7: block 2c, 8-15: 2c + 1
+      const __m512i p = dpbusd(_mm512_setzero_si512(), u, qv);                  // lanes 0-7: block 2c, 8-15: 2c + 1
       double pair;  // sd[2c], sd[2c + 1]
       std::memcpy(&pair, sd[r] + 2 * c, sizeof(pair));
       const __m512 scale = _mm512_permutexvar_ps(halves, _mm512_castpd_ps(_mm512_set1_pd(pair)));
-      acc[r][c & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[r][c & 1]);
+      if (slot == 0) acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[r][0]);
+      else acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[r][1]);
     }
+  };
+  Index c = 0;  // two chunks per iteration into separate accumulators (static indices: registers)
+  for (; c + 2 <= chunks; c += 2) {
+    chunk(c, 0);
+    chunk(c + 1, 1);
   }
+  if (c < chunks) chunk(c, 0);
   #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) main[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+  for (int r = 0; r < R; ++r)
+    main[r] = _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), int4_zero_term_avx512(s.zeros(r), in.dq_group, s.groups)));
 }
 #endif
 
@@ -323,7 +369,8 @@ inline void int4_rows_q8(QuantKernel k, const Int4Weights& w, Index n0, int rows
       case 3: int4_rows_q8_avx512<3>(w, n0, in, s, main); break;
       default: int4_rows_q8_avx512<4>(w, n0, in, s, main); break;
     }
-    done = true;
+    for (int r = 0; r < rows; ++r) y[r] = main[r];  // the zero term is inside
+    return;
   }
 #endif
 #if defined(INFERKIT_QUANT_AVX2)
