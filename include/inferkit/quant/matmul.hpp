@@ -174,13 +174,9 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
       }
       detail::w8a8_tile(kernel, w, {xr, xs.data() + m0, yr, rows, p0, np});
     }
-    if (split) {
-      const Index n0 = p0 * Int8Weights::kPanel, n1 = std::min(N, (p0 + np) * Int8Weights::kPanel);
-      for (Index m = 0; m < M; ++m)
-        for (Index j = 0; j < n_out; ++j)
-          simd::axpy(y.row_ptr(m) + n0, xo[static_cast<std::size_t>(m * n_out + j)], wo.data() + j * N + n0,
-                     static_cast<std::size_t>(n1 - n0));
-    }
+    if (split)
+      detail::add_outlier_part(y, xo.data(), wo.data(), n_out, N, p0 * Int8Weights::kPanel,
+                               std::min(N, (p0 + np) * Int8Weights::kPanel));
   });
   return stats;
 }

@@ -226,7 +226,10 @@ inline float int4_row_float_scalar(const Int4Weights& w, Index n, const Int4Floa
 }
 
 /// Float-activation products of rows [n0, n0 + rows) (rows <= kInt4Rows) into y[0..rows).
-inline void int4_rows_float(QuantKernel k, const Int4Weights& w, Index n0, int rows, const Int4FloatInput& in,
+/// Not inlined, like every float kernel of quant/: one compiled instance serves the serial loop
+/// and the OpenMP region alike, so the compiler cannot contract multiply-adds differently in
+/// the two (-ffp-contract=fast is GCC's default), and results never depend on the thread count.
+[[gnu::noinline]] inline void int4_rows_float(QuantKernel k, const Int4Weights& w, Index n0, int rows, const Int4FloatInput& in,
                             Int4Scratch& s, float* y) {
   s.load(w, n0, rows);
   float main[kInt4Rows];
@@ -342,7 +345,8 @@ inline float int4_row_q8_scalar(const Int4Weights& w, Index n, const Int4Q8Input
 }
 
 /// int8-activation products of rows [n0, n0 + rows) (rows <= kInt4Rows) into y[0..rows).
-inline void int4_rows_q8(QuantKernel k, const Int4Weights& w, Index n0, int rows, const Int4Q8Input& in, Int4Scratch& s,
+/// Not inlined (see int4_rows_float).
+[[gnu::noinline]] inline void int4_rows_q8(QuantKernel k, const Int4Weights& w, Index n0, int rows, const Int4Q8Input& in, Int4Scratch& s,
                          float* y) {
   s.load(w, n0, rows);
   const Index blocks = w.padded_cols() / kQ8Block;

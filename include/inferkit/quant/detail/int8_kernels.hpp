@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "inferkit/core/simd.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/int8_weights.hpp"
 #include "inferkit/quant/kernel_path.hpp"
@@ -193,8 +194,11 @@ inline void w8a8_tile_avx2(const Int8Weights& w, const W8A8Tile& t) {
 /// Rows per tile on a path.
 inline int w8a8_tile_rows(QuantKernel k) { return k == QuantKernel::kAvx2 ? 4 : kW8A8TileRows; }
 
-/// Runs one tile on path `k` (t.rows <= w8a8_tile_rows(k)).
-inline void w8a8_tile(QuantKernel k, const Int8Weights& w, const W8A8Tile& t) {
+/// Runs one tile on path `k` (t.rows <= w8a8_tile_rows(k)). Not inlined, like every float
+/// kernel of quant/: one compiled instance serves the serial loop and the OpenMP region alike,
+/// so multiply-adds cannot be contracted differently in the two (-ffp-contract=fast is GCC's
+/// default) and results never depend on the thread count.
+[[gnu::noinline]] inline void w8a8_tile(QuantKernel k, const Int8Weights& w, const W8A8Tile& t) {
 #if defined(INFERKIT_QUANT_AVX512VNNI)
   if (k == QuantKernel::kAvx512Vnni) return w8a8_tile_vnni(w, t);
 #endif
@@ -249,8 +253,10 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
 #endif
 
 /// Panels [p0, p0 + np) (np <= 4) of the float-activation product; `x` holds padded_cols
-/// floats (zero padded). Writes y[16 p + c] for channels below rows().
-inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float* x, Index p0, Index np, float* y) {
+/// floats (zero padded). Writes y[16 p + c] for channels below rows(). Not inlined (see
+/// w8a8_tile).
+[[gnu::noinline]] inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float* x, Index p0, Index np,
+                                                  float* y) {
   const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
 #if defined(INFERKIT_QUANT_AVX512VNNI)
   if (k == QuantKernel::kAvx512Vnni) {
@@ -300,6 +306,15 @@ inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float*
       y[p * 16 + c] = acc * w.scale(p * 16 + c);
     }
   }
+}
+
+/// y[m, n0..n1) += xo[m, j] * wo[j, n0..n1) for every row m and outlier column j in ascending
+/// order (the LLM.int8() fp32 part of the channels [n0, n1)). Not inlined (see w8a8_tile).
+[[gnu::noinline]] inline void add_outlier_part(MatrixView<float> y, const float* xo, const float* wo, Index n_outliers, Index n_out,
+                                               Index n0, Index n1) {
+  for (Index m = 0; m < y.rows(); ++m)
+    for (Index j = 0; j < n_outliers; ++j)
+      simd::axpy(y.row_ptr(m) + n0, xo[m * n_outliers + j], wo + j * n_out + n0, static_cast<std::size_t>(n1 - n0));
 }
 
 }  // namespace inferkit::detail
