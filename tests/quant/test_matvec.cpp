@@ -144,12 +144,13 @@ TEST_CASE("int8 matvec with int8 activations equals the one-row W8A8 product", "
 }
 
 TEST_CASE("matvec results do not depend on the thread count", "[quant][matvec][threads]") {
-  const Mat w = quant_test::normal(300, 520, 14, 0.2f);
+  // Large enough (over 2^20 weights) to run threaded; tails in both dimensions.
+  const Mat w = quant_test::normal(1100, 1000, 14, 0.2f);
   const inferkit::Int8Weights q8(w.view());
   const inferkit::Int4Weights q4(w.view());
-  const auto x = activations(520, 15);
+  const auto x = activations(1000, 15);
   for (auto act : {inferkit::ActivationFormat::kFloat, inferkit::ActivationFormat::kInt8}) {
-    std::vector<float> a(300), b(300), c(300), d(300);
+    std::vector<float> a(1100), b(1100), c(1100), d(1100);
     inferkit::matvec(q8, x, a, {.activations = act, .threads = 1});
     inferkit::matvec(q8, x, b, {.activations = act, .threads = 2});
     inferkit::matvec(q4, x, c, {.activations = act, .threads = 1});

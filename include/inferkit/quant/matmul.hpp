@@ -12,7 +12,7 @@
 // columns are left out of the int8 part (their codes are 0 and they do not enter s_m) and
 // their contribution is added in fp32 against float weights:
 //   Y[m, n] += X[m, k] * Wf[n, k]  for each outlier column k in ascending order (one
-//   multiply-add each, fused where the build has FMA, on the int8 part's float result),
+//   multiply-add each, fused where the build has FMA (__FMA__), on the int8 part's float result),
 // where Wf is `OutlierOptions::float_weights` when given (the original float matrix), else the
 // dequantized int8 weights (bitsandbytes' choice when it keeps no float copy). The outlier set
 // is a property of the whole call: the same row in another batch can see other columns.
@@ -130,7 +130,7 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
       const float s = *std::max_element(xs.begin(), xs.end());
       std::fill(xs.begin(), xs.end(), s);
     }
-    detail::parallel_items(M * K >= (1 << 16) ? threads : 1, M, [&](Index m) {
+    detail::parallel_items(M * K >= (Index{1} << 18) ? threads : 1, M, [&](Index m) {
       detail::quantize_row_int8(rows[static_cast<std::size_t>(m)], K, Kp, xs[static_cast<std::size_t>(m)], offset, kernel,
                                 xq.data() + m * Kp);
     });
@@ -161,7 +161,7 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
   const int tile_rows = detail::w8a8_tile_rows(kernel);
   const Index panels = w.panels(), per_unit = detail::kW8A8TilePanels;
   const Index units = (panels + per_unit - 1) / per_unit;
-  const int work_threads = M * N * K >= (Index{1} << 16) ? threads : 1;  // below that a region costs more
+  const int work_threads = M * N * K >= (Index{1} << 22) ? threads : 1;  // below, a region costs more than it saves
   detail::parallel_items(work_threads, units, [&](Index u) {
     const Index p0 = u * per_unit, np = std::min(per_unit, panels - p0);
     const std::int8_t* xr[detail::kW8A8TileRows];

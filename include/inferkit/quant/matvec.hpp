@@ -60,9 +60,9 @@ inline void check_matvec_shapes(Index rows, Index cols, std::span<const float> x
   require(static_cast<Index>(y.size()) == rows, "y.size()", y.size(), "must equal w.rows() (" + std::to_string(rows) + ")");
 }
 
-/// Threads for a product over `work` weights: one below ~64k weights (a parallel region costs
-/// more than it saves there).
-inline int matvec_threads(int requested, Index work) { return work < (Index{1} << 16) ? 1 : resolve_threads(requested); }
+/// Threads for a product over `work` weights: one below 2^20 weights (about 20 us of work on
+/// one core; an OpenMP fork and join costs a few microseconds, as much as a 288 x 288 product).
+inline int matvec_threads(int requested, Index work) { return work < (Index{1} << 20) ? 1 : resolve_threads(requested); }
 
 }  // namespace detail
 

@@ -10,6 +10,7 @@
 // int16 saturation): |w| times x * sign(w), whose pairs stay within 2 * 127 * 127 < 2^15, then
 // vpmaddwd sums pairs into int32. All paths give the same int32 sums, hence the same floats.
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -18,7 +19,7 @@
 #include "inferkit/quant/int8_weights.hpp"
 #include "inferkit/quant/kernel_path.hpp"
 
-#if defined(INFERKIT_QUANT_AVX512VNNI) || defined(INFERKIT_QUANT_AVX2)
+#if !defined(INFERKIT_FORCE_SCALAR) && (defined(__AVX512F__) || defined(__AVX2__))
 #include <immintrin.h>
 #endif
 
@@ -309,12 +310,30 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
 }
 
 /// y[m, n0..n1) += xo[m, j] * wo[j, n0..n1) for every row m and outlier column j in ascending
-/// order (the LLM.int8() fp32 part of the channels [n0, n1)). Not inlined (see w8a8_tile).
+/// order (the LLM.int8() fp32 part of the channels [n0, n1)): one fused multiply-add per term
+/// where the build has FMA (explicitly, not left to the optimizer's contraction), else a
+/// multiply and an add. Not inlined (see w8a8_tile).
 [[gnu::noinline]] inline void add_outlier_part(MatrixView<float> y, const float* xo, const float* wo, Index n_outliers, Index n_out,
                                                Index n0, Index n1) {
   for (Index m = 0; m < y.rows(); ++m)
-    for (Index j = 0; j < n_outliers; ++j)
-      simd::axpy(y.row_ptr(m) + n0, xo[m * n_outliers + j], wo + j * n_out + n0, static_cast<std::size_t>(n1 - n0));
+    for (Index j = 0; j < n_outliers; ++j) {
+      const float a = xo[m * n_outliers + j];
+      const float* w = wo + j * n_out;
+      float* yr = y.row_ptr(m);
+      Index n = n0;
+#if defined(__AVX512F__) && !defined(INFERKIT_FORCE_SCALAR)
+      for (; n + 16 <= n1; n += 16)
+        _mm512_storeu_ps(yr + n, _mm512_fmadd_ps(_mm512_set1_ps(a), _mm512_loadu_ps(w + n), _mm512_loadu_ps(yr + n)));
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(INFERKIT_FORCE_SCALAR)
+      for (; n + 8 <= n1; n += 8)
+        _mm256_storeu_ps(yr + n, _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(w + n), _mm256_loadu_ps(yr + n)));
+#endif
+#if defined(__FMA__)
+      for (; n < n1; ++n) yr[n] = std::fma(a, w[n], yr[n]);
+#else
+      for (; n < n1; ++n) yr[n] = a * w[n] + yr[n];
+#endif
+    }
 }
 
 }  // namespace inferkit::detail
