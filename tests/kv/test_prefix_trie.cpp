@@ -132,6 +132,42 @@ TEST_CASE("eviction: least recently used leaves first, parents after their child
   CHECK(pool.used_blocks() == 0);
 }
 
+TEST_CASE("extend feeds pages one at a time below a pinned path", "[kv][trie]") {
+  const Index page = 2;
+  inferkit::BlockPool<float> pool({1, 1, 1, page, 16});
+  inferkit::PrefixTrie<float> trie(pool);
+  const inferkit::ContextIdentity id{"m"}, other{"m", "", "", 1};
+  const std::vector<TokenId> toks{1, 2, 3, 4, 5, 6};
+  const auto page_of = [&](Index p) { return std::span<const TokenId>(toks).subspan(static_cast<std::size_t>(p * page), 2); };
+  // A sequence that matched nothing feeds its pages as they fill.
+  inferkit::PrefixTrie<float>::Handle h;
+  std::vector<BlockId> own;
+  for (Index p = 0; p < 2; ++p) {
+    own.push_back(*pool.allocate());
+    CHECK(trie.extend(id, h, page_of(p), own.back()));
+    CHECK(pool.refcount(own.back()) == 2);  // the sequence and the trie
+  }
+  CHECK(trie.peek(id, toks) == 4);  // the same trie insert() would build
+  CHECK(trie.peek(other, toks) == 0);
+  CHECK(trie.evict(10) == 0);  // the whole fed path is pinned
+  // A second sequence matches the first page and extends with its own copy of the second:
+  // the cached node keeps its block, the copy is not retained.
+  auto m = trie.match(id, std::vector<TokenId>{1, 2, 9, 9});
+  CHECK(m.tokens == 2);
+  const BlockId copy = *pool.allocate();
+  CHECK_FALSE(trie.extend(id, m.handle, page_of(1), copy));
+  CHECK(pool.refcount(copy) == 1);
+  CHECK(trie.stats().inserted_pages == 2);
+  trie.release(h);  // the second sequence still pins both pages
+  CHECK(trie.evict(10) == 0);
+  trie.release(m.handle);
+  pool.release(copy);
+  for (BlockId b : own) pool.release(b);
+  CHECK(trie.evict(10) == 2);
+  CHECK(pool.used_blocks() == 0);
+  CHECK_THROWS_WITH(trie.extend(id, h, std::span<const TokenId>(toks).first(3), 0), Catch::Contains("page.size() = 3"));
+}
+
 TEST_CASE("randomized operations keep the trie, the pool and the holders consistent", "[kv][trie][model]") {
   std::mt19937 rng(12345);
   for (Index page : {1, 3, 16}) {
