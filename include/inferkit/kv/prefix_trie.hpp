@@ -157,9 +157,10 @@ class PrefixTrie {
   /// (insert() + match() would cost O(sequence) per page). `h` is a match's handle, or an empty
   /// handle to start at the root of `id` (with a non-empty handle `id` must be the identity it
   /// was matched under). A page already cached keeps its block and is pinned; otherwise `block`
-  /// (holding that page's K/V) is stored and retained. Returns true when a node was added.
-  /// Throws std::invalid_argument when `page` is not exactly page_size() tokens.
-  bool extend(const ContextIdentity& id, Handle& h, std::span<const TokenId> page, BlockId block) {
+  /// (holding that page's K/V) is stored and retained. Returns the block the trie holds for the
+  /// page: `block` when it was added, else the cached one (the caller may then share that block
+  /// and free its own copy). Throws std::invalid_argument when `page` is not page_size() tokens.
+  BlockId extend(const ContextIdentity& id, Handle& h, std::span<const TokenId> page, BlockId block) {
     require(static_cast<Index>(page.size()) == page_, "page.size()", page.size(),
             "must be the page size (" + std::to_string(page_) + ")");
     ++clock_;
@@ -169,8 +170,7 @@ class PrefixTrie {
       ++nodes_[static_cast<std::size_t>(parent)].pins;
     }
     NodeId child = find_child(parent, page);
-    const bool added = child < 0;
-    if (added) {
+    if (child < 0) {
       child = new_node(parent, page, block);
       ++stats_.inserted_pages;
     }
@@ -179,7 +179,7 @@ class PrefixTrie {
     ++n.pins;
     n.last_access = clock_;
     h.deepest = child;
-    return added;
+    return n.block;
   }
 
   /// Evicts up to `max_blocks` least recently used unpinned leaves; returns how many went.
