@@ -147,3 +147,50 @@ std::pair<std::vector<inferkit::TokenId>, std::vector<inferkit::Index>> run_plan
 }
 
 }  // namespace test
+
+#include <map>
+
+#include "inferkit/serving/scheduler.hpp"
+
+namespace test {
+
+/// A scheduler over a pool (and trie) with the fake model: add requests, step, collect outputs.
+struct ServeHarness {
+  static constexpr int kVocab = 16;
+  inferkit::BlockPool<float> pool;
+  inferkit::PrefixTrie<float> trie;
+  inferkit::Scheduler<float> sched;
+  std::map<inferkit::RequestId, inferkit::RequestParams> params;
+  std::map<inferkit::RequestId, inferkit::FinishedRequest> done;
+
+  ServeHarness(inferkit::Index page, inferkit::Index blocks, inferkit::SchedulerConfig c, bool use_trie = true)
+      : pool({1, 1, kHeadDim, page, blocks}), trie(pool), sched(pool, use_trie ? &trie : nullptr, c) {}
+
+  inferkit::RequestId add(inferkit::RequestParams p) {
+    const inferkit::RequestId id = sched.add_request(p);
+    params.emplace(id, std::move(p));
+    return id;
+  }
+  /// Runs the fake model on a plan and completes it.
+  std::vector<inferkit::FinishedRequest> finish_step(inferkit::BatchPlan<float>& plan) {
+    if (plan.empty()) return {};
+    const auto [tokens, counts] = run_plan(pool, plan, [&](inferkit::RequestId id) { return params.at(id).identity; }, kVocab);
+    auto f = sched.complete(tokens, counts);
+    for (const auto& r : f) done.emplace(r.id, r);
+    return f;
+  }
+  std::vector<inferkit::FinishedRequest> step() { return finish_step(sched.schedule()); }
+  /// Steps until idle (at most `limit` iterations).
+  void drain(int limit = 10000) {
+    for (int i = 0; i < limit && !sched.idle(); ++i) step();
+  }
+  /// Whether request `id` finished with exactly what it produces served alone.
+  bool matches_alone(inferkit::RequestId id) const {
+    const auto it = done.find(id);
+    if (it == done.end()) return false;
+    const SoloResult s = serve_alone(params.at(id), kVocab);
+    return it->second.output == s.output && it->second.reason == s.reason;
+  }
+};
+
+}  // namespace test
