@@ -44,7 +44,8 @@ constexpr int kVocab = 12;
 // `spare`: a pool that holds one big request and little else.
 Index tight_pool(Index page, Index spare) { return (5 * page + 5 + 13 + page - 1) / page + 1 + spare; }
 
-void run_scenario(const Scenario& sc) {
+// Returns a fingerprint of every plan (ids, positions, rows, drafts, preemptions).
+std::uint64_t run_scenario(const Scenario& sc) {
   std::mt19937 rng(sc.seed);
   const auto uni = [&](int lo, int hi) { return static_cast<int>(lo + rng() % static_cast<unsigned>(hi - lo + 1)); };
   inferkit::BlockPool<float> pool({1, 1, test::kHeadDim, sc.page, sc.blocks});
@@ -66,6 +67,7 @@ void run_scenario(const Scenario& sc) {
   std::map<RequestId, Tracked> live;
   Index finished = 0, cancelled = 0, preempted = 0, drafted = 0, cached_hits = 0;
   Index it = 0;
+  std::uint64_t fingerprint = 0;
   const auto identity_of = [&](RequestId id) -> const inferkit::ContextIdentity& { return live.at(id).params.identity; };
 
   const auto add_random = [&] {
@@ -196,6 +198,10 @@ void run_scenario(const Scenario& sc) {
       ++preempted;
     }
 
+    for (const auto& s : plan.sequences)
+      fingerprint = test::splitmix(fingerprint ^ static_cast<std::uint64_t>(s.id * 1000003 + s.position * 1009 + s.num_tokens * 31 + s.draft_tokens));
+    for (RequestId id : plan.preempted) fingerprint = test::splitmix(fingerprint ^ static_cast<std::uint64_t>(id));
+
     // Fill reserved draft slots, run the model, maybe cancel a request in flight, report back.
     for (auto& s : plan.sequences) {
       drafted += s.draft_tokens;
@@ -276,6 +282,7 @@ void run_scenario(const Scenario& sc) {
   CHECK(preempted > 0);
   CHECK(drafted > 0);
   if (sc.trie) CHECK(cached_hits > 0);
+  return fingerprint;
 }
 
 }  // namespace
@@ -298,4 +305,9 @@ TEST_CASE("scheduler model test: LPM with a starvation bound, chunk cap", "[serv
 TEST_CASE("scheduler model test: unchunked prefill and no prefix cache", "[serving][model]") {
   run_scenario({4, tight_pool(4, 2), 48, 6, 0, false, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 3, 700, 7u});
   run_scenario({2, tight_pool(2, 3), 10, 4, 0, true, false, inferkit::SchedulingPolicy::kFcfs, 0, 700, 9u});
+}
+
+TEST_CASE("scheduler model test: the same inputs give the same plans", "[serving][model]") {
+  const Scenario sc{3, tight_pool(3, 3), 12, 5, 4, true, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 4, 500, 99u};
+  CHECK(run_scenario(sc) == run_scenario(sc));
 }

@@ -109,7 +109,9 @@ struct RequestInfo {
   RequestState state = RequestState::kWaiting;
   Index prompt_tokens = 0;
   std::span<const TokenId> generated{};  ///< generated tokens so far (valid until the next call)
-  Index cached_tokens = 0;    ///< tokens whose K/V its table holds (0 while waiting)
+  /// Leading tokens whose K/V its table holds as of the last complete() (0 while waiting); a
+  /// plan in flight has committed room for its rows beyond these.
+  Index cached_tokens = 0;
   Index pinned_tokens = 0;    ///< tokens of its trie path it pins (matched prefix plus pages it fed)
   Index preemptions = 0;
   Index waited_iterations = 0;  ///< iterations it has been passed over since it last started waiting
@@ -372,7 +374,7 @@ class Scheduler {
     i.state = !r.running ? RequestState::kWaiting : is_decode(r) ? RequestState::kDecoding : RequestState::kPrefilling;
     i.prompt_tokens = r.prompt_len;
     i.generated = std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.prompt_len));
-    i.cached_tokens = r.running ? r.table.num_tokens() : 0;
+    i.cached_tokens = r.running ? r.computed : 0;
     i.pinned_tokens = r.trie_pages * page_;
     i.preemptions = r.preemptions;
     i.waited_iterations = r.running ? 0 : std::max<Index>(0, iteration_ - r.enqueued_at);
