@@ -71,8 +71,8 @@ class BlockTable {
   /// Throws std::invalid_argument when `page` is not a full page of the table or `block` is not
   /// allocated.
   void share_page(Index page, BlockId block) {
-    require(page >= 0 && (page + 1) * pool_->page_size() <= tokens_, "page", page,
-            "must be a full page of the table (" + std::to_string(tokens_ / pool_->page_size()) + " full pages)");
+    if (page < 0 || (page + 1) * pool_->page_size() > tokens_) [[unlikely]]
+      throw_invalid_argument("page", page, "must be a full page of the table (" + std::to_string(tokens_ / pool_->page_size()) + " full pages)");
     pool_->retain(block);  // first: sharing the block already there must not free it
     pool_->release(blocks_[static_cast<std::size_t>(page)]);
     blocks_[static_cast<std::size_t>(page)] = block;

@@ -161,8 +161,8 @@ class PrefixTrie {
   /// page: `block` when it was added, else the cached one (the caller may then share that block
   /// and free its own copy). Throws std::invalid_argument when `page` is not page_size() tokens.
   BlockId extend(const ContextIdentity& id, Handle& h, std::span<const TokenId> page, BlockId block) {
-    require(static_cast<Index>(page.size()) == page_, "page.size()", page.size(),
-            "must be the page size (" + std::to_string(page_) + ")");
+    if (static_cast<Index>(page.size()) != page_) [[unlikely]]
+      throw_invalid_argument("page.size()", page.size(), "must be the page size (" + std::to_string(page_) + ")");
     ++clock_;
     NodeId parent = h.deepest;
     if (parent < 0) {  // an empty handle pins from the root, as match() does

@@ -229,7 +229,7 @@ class Scheduler {
       const Index room = r.params.max_new_tokens - generated(r) - 1;
       Index k = r.draft.empty() ? options.reserve_draft_tokens : static_cast<Index>(r.draft.size());
       k = std::min({k, room, budget_});
-      if (k <= 0 || !evict_for(blocks_to_add(r.table, k))) continue;
+      if (k <= 0 || !evict_for(blocks_to_add(r, k))) continue;
       grow(r, k);
       row.n += k;
       row.drafts = k;
@@ -267,9 +267,8 @@ class Scheduler {
   std::vector<FinishedRequest> complete(std::span<const TokenId> tokens, std::span<const Index> counts = {}) {
     if (!in_flight_) throw std::logic_error("inferkit: complete() called without a scheduled plan in flight");
     const Index sampled = plan_.num_sampled();
-    if (!counts.empty())
-      require(static_cast<Index>(counts.size()) == sampled, "counts.size()", counts.size(),
-              "must be the plan's sampled sequences (" + std::to_string(sampled) + ")");
+    if (!counts.empty() && static_cast<Index>(counts.size()) != sampled)
+      throw_invalid_argument("counts.size()", counts.size(), "must be the plan's sampled sequences (" + std::to_string(sampled) + ")");
     // Validate everything before changing anything.
     Index at = 0, k = 0;
     for (const auto& s : plan_.sequences) {
@@ -293,14 +292,14 @@ class Scheduler {
       at += c;
       ++k;
     }
-    require(at == static_cast<Index>(tokens.size()), "tokens.size()", tokens.size(),
-            "must equal the sum of the counts (" + std::to_string(at) + ")");
+    if (at != static_cast<Index>(tokens.size()))
+      throw_invalid_argument("tokens.size()", tokens.size(), "must equal the sum of the counts (" + std::to_string(at) + ")");
 
     std::vector<FinishedRequest> finished;
     at = 0;
     k = 0;
     for (auto& s : plan_.sequences) {
-      Record& r = *records_.at(s.id);
+      Record& r = *plan_records_[static_cast<std::size_t>(&s - plan_.sequences.data())];
       const Index c = !s.sample ? 0 : counts.empty() ? 1 : counts[static_cast<std::size_t>(k++)];
       const std::span<const TokenId> got = tokens.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(c));
       at += c;
@@ -502,12 +501,14 @@ class Scheduler {
     return n;
   }
 
-  // Blocks the pool must supply for `n` more tokens in `t` (new pages plus a copy-on-write copy
-  // of a shared, partially filled last page).
-  Index blocks_to_add(const Table& t, Index n) const {
+  // Blocks the pool must supply for `n` more tokens of r (new pages, plus the copy-on-write copy
+  // of a shared, partially filled last page: in a scheduler-owned table that only happens right
+  // after a fully cached admission, while the last block is still the cached one).
+  Index blocks_to_add(const Record& r, Index n) const {
+    const Table& t = r.table;
     const Index have = static_cast<Index>(t.blocks().size());
     Index need = (t.num_tokens() + n + page_ - 1) / page_ - have;
-    if (t.num_tokens() % page_ != 0 && have > 0 && pool_->refcount(t.blocks().back()) > 1) ++need;
+    if (r.cow_source >= 0 && have > 0 && t.blocks().back() == r.cow_source && t.num_tokens() % page_ != 0) ++need;
     return std::max<Index>(need, 0);
   }
 
@@ -524,7 +525,7 @@ class Scheduler {
   // Room for `n` more tokens of running request r: evict, then preempt the most recently
   // admitted running request until it fits. False when r itself was preempted.
   bool make_room(Record& r, Index n) {
-    while (!evict_for(blocks_to_add(r.table, n))) {
+    while (!evict_for(blocks_to_add(r, n))) {
       Record* victim = running_.back();
       preempt(*victim);
       if (victim == &r) return false;
@@ -534,8 +535,10 @@ class Scheduler {
   }
 
   void grow(Record& r, Index n) {
-    const bool ok = r.table.reserve(n);
-    require(ok, "reserve", n, "failed after room was made (pool used outside the scheduler?)");
+    if (blocks_to_add(r, n) > 0) {  // reserve() only when blocks are needed (most decode rows fit)
+      const bool ok = r.table.reserve(n);
+      require(ok, "reserve", n, "failed after room was made (pool used outside the scheduler?)");
+    }
     r.table.commit(n);
   }
 
@@ -592,11 +595,14 @@ class Scheduler {
     if (n > budget_ || n <= 0) return undo();
     r.table.assign_prefix(m.blocks, m.tokens);
     if (cached < m.tokens) r.table.truncate(cached);
-    if (!evict_for(blocks_to_add(r.table, n))) return undo();
+    r.cow_source = cached < m.tokens ? m.blocks.back() : -1;
+    if (!evict_for(blocks_to_add(r, n))) {
+      r.cow_source = -1;
+      return undo();
+    }
     dequeue(r);
     r.handle = m.handle;
     r.trie_pages = m.tokens / page_;
-    r.cow_source = cached < m.tokens ? m.blocks.back() : -1;
     r.computed = cached;
     r.running = true;
     r.admitted = ++admission_seq_;
@@ -657,6 +663,7 @@ class Scheduler {
     p.cu_q.assign(1, 0);
     p.logit_rows.clear();
     p.num_decode = p.num_prefill = p.num_admitted = 0;
+    plan_records_.clear();
     for (std::size_t i = 0; i < rows_.size(); ++i) {
       Row& row = rows_[i];
       if (row.removed) continue;
@@ -674,6 +681,7 @@ class Scheduler {
       s.sample = row.position + fed == static_cast<Index>(r.tokens.size());
       s.seed = r.params.seed;
       s.draw_index = generated(r);
+      s.context = std::span<const TokenId>(r.tokens);
       for (Index j = 0; j < fed; ++j) {
         p.token_ids.push_back(r.tokens[static_cast<std::size_t>(row.position + j)]);
         p.positions.push_back(row.position + j);
@@ -695,12 +703,10 @@ class Scheduler {
       }
       if (static_cast<Index>(i) >= first_admission) ++p.num_admitted;
       p.sequences.push_back(s);
+      plan_records_.push_back(&r);
     }
-    for (auto& s : p.sequences) {  // spans once token_ids no longer grows
-      const Record& r = *records_.at(s.id);
-      s.context = std::span<const TokenId>(r.tokens);
+    for (auto& s : p.sequences)  // spans once token_ids no longer grows
       s.tokens = std::span<TokenId>(p.token_ids).subspan(static_cast<std::size_t>(s.offset), static_cast<std::size_t>(s.num_tokens));
-    }
   }
 
   Pool* pool_;
@@ -717,6 +723,7 @@ class Scheduler {
   std::set<Key> aging_;           // LPM: waiting, by (enqueued_at, arrival)
   std::optional<Key> refresh_cursor_;
   std::vector<Row> rows_;
+  std::vector<Record*> plan_records_;  // the record of each plan sequence
   std::vector<RequestId> cancelled_in_flight_;
   Plan plan_;
   SchedulerStats stats_;
