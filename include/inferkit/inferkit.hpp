@@ -47,3 +47,6 @@
 #include "inferkit/sampling/top_k.hpp"
 #include "inferkit/sampling/top_p.hpp"
 #include "inferkit/sampling/typical.hpp"
+#include "inferkit/serving/batch_plan.hpp"
+#include "inferkit/serving/request.hpp"
+#include "inferkit/serving/scheduler.hpp"

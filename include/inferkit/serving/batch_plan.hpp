@@ -27,7 +27,7 @@ inline constexpr TokenId kDraftSlot = -1;
 /// One scheduled request of an iteration.
 template <class T = float>
 struct ScheduledSequence {
-  RequestId id = -1;
+  RequestId id = -1;  ///< the request
   /// Its paged KV: positions [0, position + num_tokens) are committed; [0, position) hold K/V
   /// already, [position, position + num_tokens) are the caller's to write (write_at) this
   /// iteration. The caller must not reserve, commit or truncate it (the scheduler does).

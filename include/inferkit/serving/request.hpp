@@ -59,7 +59,7 @@ struct RequestParams {
 
 /// A stop rule that holds after the last generated token.
 struct StopMatch {
-  FinishReason reason = FinishReason::kLength;
+  FinishReason reason = FinishReason::kLength;  ///< which rule holds
   Index trim = 0;           ///< trailing generated tokens to drop from the output (a dropped stop sequence)
   Index stop_sequence = -1;  ///< index into stop_sequences for kStopSequence, else -1
 };
@@ -104,12 +104,12 @@ inline std::optional<StopMatch> check_stop(const RequestParams& p, std::span<con
 
 /// A request that stopped: what the caller returns to its client.
 struct FinishedRequest {
-  RequestId id = -1;
-  FinishReason reason = FinishReason::kLength;
+  RequestId id = -1;                            ///< its id from add_request()
+  FinishReason reason = FinishReason::kLength;  ///< the stop rule that ended it
   Index stop_sequence = -1;       ///< which stop sequence matched (kStopSequence), else -1
   std::vector<TokenId> output;    ///< generated tokens, without a dropped stop sequence
   Index generated_tokens = 0;     ///< tokens generated, including a dropped stop sequence
-  Index prompt_tokens = 0;
+  Index prompt_tokens = 0;        ///< prompt length
   Index preemptions = 0;          ///< times it was preempted and recomputed
 };
 

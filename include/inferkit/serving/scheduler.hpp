@@ -65,7 +65,7 @@ struct SchedulerConfig {
   Index max_sequences = 256;        ///< running requests at most (each gets a decode row every iteration)
   Index max_prefill_chunk = 0;      ///< prefill tokens per request per iteration; 0 = the remaining budget
   bool chunked_prefill = true;      ///< false: a prefill runs whole in one iteration (the unchunked baseline)
-  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;  ///< admission order of waiting requests
   /// LPM: a request that has waited more than this many iterations is admitted first (in the
   /// order it started waiting), ahead of longer matches.
   Index starvation_iterations = 64;
@@ -92,28 +92,28 @@ enum class RequestState {
 struct SchedulerStats {
   std::uint64_t iterations = 0;        ///< schedule() calls
   std::uint64_t admissions = 0;        ///< admissions (first and after preemption)
-  std::uint64_t preemptions = 0;
-  std::uint64_t finished = 0;
-  std::uint64_t cancelled = 0;
+  std::uint64_t preemptions = 0;      ///< running requests preempted (recomputed later)
+  std::uint64_t finished = 0;         ///< requests that met a stop rule
+  std::uint64_t cancelled = 0;        ///< cancel() calls that found a request
   std::uint64_t prefill_tokens = 0;    ///< prefill rows scheduled (computed)
   std::uint64_t cached_tokens = 0;     ///< prefill tokens skipped at admission thanks to the prefix trie
   std::uint64_t decode_tokens = 0;     ///< decode rows scheduled (without drafts)
   std::uint64_t draft_tokens = 0;      ///< draft rows scheduled
-  std::uint64_t accepted_draft_tokens = 0;
+  std::uint64_t accepted_draft_tokens = 0;  ///< draft tokens accepted in complete()
   std::uint64_t evicted_pages = 0;     ///< trie pages evicted for room
 };
 
 /// A snapshot of one request.
 template <class T = float>
 struct RequestInfo {
-  RequestState state = RequestState::kWaiting;
-  Index prompt_tokens = 0;
+  RequestState state = RequestState::kWaiting;  ///< waiting, prefilling or decoding
+  Index prompt_tokens = 0;                      ///< prompt length
   std::span<const TokenId> generated{};  ///< generated tokens so far (valid until the next call)
   /// Leading tokens whose K/V its table holds as of the last complete() (0 while waiting); a
   /// plan in flight has committed room for its rows beyond these.
   Index cached_tokens = 0;
   Index pinned_tokens = 0;    ///< tokens of its trie path it pins (matched prefix plus pages it fed)
-  Index preemptions = 0;
+  Index preemptions = 0;        ///< times it was preempted so far
   Index waited_iterations = 0;  ///< iterations it has been passed over since it last started waiting
   const BlockTable<T>* table = nullptr;  ///< its KV while running, else nullptr
 };
@@ -124,10 +124,10 @@ struct RequestInfo {
 template <class T = float>
 class Scheduler {
  public:
-  using Pool = BlockPool<T>;
-  using Table = BlockTable<T>;
-  using Trie = PrefixTrie<T>;
-  using Plan = BatchPlan<T>;
+  using Pool = BlockPool<T>;    ///< the KV block pool type
+  using Table = BlockTable<T>;  ///< a request's paged KV
+  using Trie = PrefixTrie<T>;   ///< the prefix cache type
+  using Plan = BatchPlan<T>;    ///< an iteration's plan
 
   /// `trie` may be nullptr (no prefix caching). Throws std::invalid_argument for a bad config
   /// or a trie whose page size differs from the pool's.
@@ -141,24 +141,29 @@ class Scheduler {
     if (trie_) require(trie_->page_size() == pool.page_size(), "trie page_size", trie_->page_size(), "must equal the pool's page_size (" + std::to_string(pool.page_size()) + ")");
     page_ = pool.page_size();
   }
+  /// Releases every request's blocks and trie pins (the pool and trie must still exist).
   ~Scheduler() {
     for (auto& [id, r] : records_) release_memory(*r);
   }
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  /// The configuration it was built with.
   const SchedulerConfig& config() const { return c_; }
+  /// Counters since construction.
   const SchedulerStats& stats() const { return stats_; }
   /// schedule() calls so far.
   Index iteration() const { return iteration_; }
+  /// Requests waiting (new or preempted).
   Index num_waiting() const { return static_cast<Index>(queue_.size()); }
+  /// Requests running (prefilling or decoding; they hold KV).
   Index num_running() const { return static_cast<Index>(running_.size()); }
   /// No request waiting or running.
   bool idle() const { return queue_.empty() && running_.empty(); }
 
   /// Blocks a request may hold at once: its table at the longest (prompt + max_new_tokens - 1
   /// tokens, the last generated token is never fed) plus one for the copy-on-write of a fully
-  /// cached last page.
+  /// cached last page. add_request() rejects a request needing more than the pool's blocks.
   Index blocks_needed(Index prompt_tokens, Index max_new_tokens) const {
     return (prompt_tokens + max_new_tokens - 1 + page_ - 1) / page_ + 1;
   }
