@@ -3,10 +3,10 @@
 //      complete() with sampled tokens from a stand-in sampler, and add_request() for each
 //      arrival) in a steady state of 256 running requests over the synthetic workload of
 //      serving_workload.hpp (prompts 32..512 tokens, half from 16 shared system prompts,
-//      outputs 16..256; every finished request is replaced by a new one, 64 wait), page 16,
+//      outputs 16..256; every finished request is replaced by a new one, W wait), page 16,
 //      budget 2048 tokens, prefix trie on. No model runs: the time is the scheduler's alone.
-//        serving/inferkit/overhead/policy:P   P = 0 FCFS, 1 LPM
-//        serving/naive/overhead/policy:P      the same rules written the obvious way: each
+//        serving/inferkit/overhead/policy:P/waiting:W   P = 0 FCFS, 1 LPM; W = 64 or 1024
+//        serving/naive/overhead/policy:P/waiting:W      the same rules written the obvious way: each
 //          iteration rescans every request, sorts the waiting queue (LPM: re-matches every
 //          waiting prompt against the trie), and feeds a completed page by re-inserting and
 //          re-matching the request's whole sequence from the root.
@@ -35,7 +35,7 @@ using inferkit::Index;
 using inferkit::RequestParams;
 using inferkit::TokenId;
 
-constexpr Index kPage = 16, kBlocks = 20000, kRunning = 256, kWaiting = 64, kBudget = 2048;
+constexpr Index kPage = 16, kBlocks = 20000, kRunning = 256, kBudget = 2048;
 
 inferkit::BlockPool<float> make_pool() { return inferkit::BlockPool<float>({1, 1, 1, kPage, kBlocks}); }
 
@@ -217,7 +217,7 @@ void BM_overhead_inferkit(benchmark::State& state) {
   const auto policy = state.range(0) ? inferkit::SchedulingPolicy::kLongestPrefixMatch : inferkit::SchedulingPolicy::kFcfs;
   inferkit::Scheduler<float> sched(pool, &trie, {.max_batched_tokens = kBudget, .max_sequences = kRunning, .policy = policy});
   RequestSource work;
-  for (Index i = 0; i < kRunning + kWaiting; ++i) sched.add_request(work.next());
+  for (Index i = 0; i < kRunning + state.range(1); ++i) sched.add_request(work.next());
   std::vector<TokenId> sampled;
   double rows = 0, running = 0, admitted = 0;
   const auto iteration = [&] {
@@ -247,7 +247,7 @@ void BM_overhead_naive(benchmark::State& state) {
   inferkit::PrefixTrie<float> trie(pool);
   NaiveScheduler sched(pool, trie, state.range(0) != 0);
   RequestSource work;
-  for (Index i = 0; i < kRunning + kWaiting; ++i) sched.add(work.next());
+  for (Index i = 0; i < kRunning + state.range(1); ++i) sched.add(work.next());
   std::vector<TokenId> sampled;
   double rows = 0, running = 0;
   const auto iteration = [&] {
@@ -301,8 +301,10 @@ void BM_forward_proxy(benchmark::State& state) {
   inferkit::bench::set_gflops(state, 2.0 * double(rows) * double(layers * (dim * 3 * dim + dim * dim + dim * 2 * hidden + hidden * dim) + dim * vocab));
 }
 
-BENCHMARK(BM_overhead_inferkit)->Name("serving/inferkit/overhead")->ArgName("policy")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_overhead_naive)->Name("serving/naive/overhead")->ArgName("policy")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_overhead_inferkit)->Name("serving/inferkit/overhead")->ArgNames({"policy", "waiting"})
+    ->ArgsProduct({{0, 1}, {64, 1024}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_overhead_naive)->Name("serving/naive/overhead")->ArgNames({"policy", "waiting"})
+    ->ArgsProduct({{0, 1}, {64, 1024}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_forward_proxy)->Name("serving/forward_proxy/stories15M")->ArgName("rows")->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // ---------------------------------------------------------------------------------------------
