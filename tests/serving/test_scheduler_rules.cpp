@@ -299,28 +299,36 @@ TEST_CASE("LPM admits the longest cached prefix first; a request waiting past th
 }
 
 TEST_CASE("LPM hints follow the trie: a waiting request's cached prefix is refreshed round robin", "[serving][lpm]") {
-  // One running slot. While r runs, its pages enter the trie; w (sharing r's prompt) arrived
-  // before those pages existed (hint 0) and must still be admitted before v (no match, earlier).
-  test::ServeHarness h(2, 64,
-                       {.max_batched_tokens = 16, .max_sequences = 1, .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch,
-                        .starvation_iterations = 1000, .lpm_refresh_per_iteration = 1});
-  const auto prompt = iota_tokens(6, 30);
-  const RequestId r = h.add({.prompt = prompt, .max_new_tokens = 4});
-  h.step();  // r prefilled: its 3 pages are in the trie
-  const RequestId v = h.add({.prompt = {1, 2, 3}, .max_new_tokens = 2});
-  auto shared = prompt;
-  shared.push_back(0);
-  const RequestId w = h.add({.prompt = shared, .max_new_tokens = 2});
-  CHECK(h.sched.waiting_ids() == std::vector<RequestId>{w, v});  // hint computed on arrival
-  std::vector<RequestId> order;
-  while (!h.sched.idle()) {
-    auto& p = h.sched.schedule();
-    for (Index i = static_cast<Index>(p.sequences.size()) - p.num_admitted; i < static_cast<Index>(p.sequences.size()); ++i)
-      order.push_back(p.sequences[static_cast<std::size_t>(i)].id);
-    h.finish_step(p);
+  // One running slot. r, v, w arrive together into an empty trie (all hints 0); while r runs,
+  // its pages enter the trie. w shares r's prompt: refreshed, its hint lets it pass v (which
+  // arrived first and matches nothing); without refreshes the stale hints keep arrival order.
+  for (Index refresh : {1, 0}) {
+    INFO("refresh " << refresh);
+    test::ServeHarness h(2, 64,
+                         {.max_batched_tokens = 16, .max_sequences = 1, .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch,
+                          .starvation_iterations = 1000, .lpm_refresh_per_iteration = refresh});
+    const auto prompt = iota_tokens(6, 30);
+    auto shared = prompt;
+    shared.push_back(0);
+    const RequestId r = h.add({.prompt = prompt, .max_new_tokens = 4});
+    const RequestId v = h.add({.prompt = {1, 2, 3}, .max_new_tokens = 2});
+    const RequestId w = h.add({.prompt = shared, .max_new_tokens = 2});
+    CHECK(h.sched.waiting_ids() == std::vector<RequestId>{r, v, w});  // no hints yet: arrival order
+    std::vector<RequestId> order;
+    while (!h.sched.idle()) {
+      auto& p = h.sched.schedule();
+      for (Index i = static_cast<Index>(p.sequences.size()) - p.num_admitted; i < static_cast<Index>(p.sequences.size()); ++i)
+        order.push_back(p.sequences[static_cast<std::size_t>(i)].id);
+      h.finish_step(p);
+    }
+    if (refresh > 0) CHECK(order == std::vector<RequestId>{r, w, v});
+    else CHECK(order == std::vector<RequestId>{r, v, w});
+    for (RequestId id : {r, v, w}) CHECK(h.matches_alone(id));
+    // A request that arrives once the pages exist gets its hint at once.
+    h.add({.prompt = {1, 2, 3, 4}, .max_new_tokens = 1});
+    const RequestId x = h.add({.prompt = shared, .max_new_tokens = 1});
+    CHECK(h.sched.waiting_ids().front() == x);
   }
-  CHECK(order == std::vector<RequestId>{w, v});
-  for (RequestId id : {r, v, w}) CHECK(h.matches_alone(id));
 }
 
 TEST_CASE("speculative rows: supplied drafts and reserved slots, accepted prefix kept, table rolled back", "[serving][speculative]") {

@@ -402,7 +402,7 @@ class Scheduler {
     if (c_.policy == SchedulingPolicy::kLongestPrefixMatch)
       for (const auto& e : aging_) {
         const Record* r = std::get<2>(e);
-        if (waited(*r) <= c_.starvation_iterations) break;
+        if (iteration_ - r->enqueued_at <= c_.starvation_iterations) break;  // as the next schedule() will see it
         ids.push_back(r->id);
         seen.push_back(r);
       }
