@@ -141,11 +141,11 @@ TEST_CASE("scheduler errors name the parameter and the value", "[serving][errors
   CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .eos_token_ids = {2, -1}}), Catch::Contains("eos_token_ids[1] = -1"));
   CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .stop_sequences = {{1}, {}}}), Catch::Contains("stop_sequences[1].size() = 0"));
   CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .stop_sequences = {{1, -5}}}), Catch::Contains("stop_sequences[0][1] = -5"));
-  // 10 blocks of 4 tokens: prompt 30 + 10 new needs ceil(39 / 4) + 1 = 11 blocks.
-  CHECK_THROWS_WITH(s.add_request({.prompt = std::vector<TokenId>(30, 1), .max_new_tokens = 10}),
-                    Catch::Contains("prompt.size() + max_new_tokens = 40") && Catch::Contains("11 KV blocks") &&
+  // 10 blocks of 4 tokens: prompt 30 + 12 new needs ceil(41 / 4) = 11 blocks; 30 + 11 fits exactly.
+  CHECK_THROWS_WITH(s.add_request({.prompt = std::vector<TokenId>(30, 1), .max_new_tokens = 12}),
+                    Catch::Contains("prompt.size() + max_new_tokens = 42") && Catch::Contains("11 KV blocks") &&
                         Catch::Contains("could never run"));
-  CHECK_NOTHROW(s.add_request({.prompt = std::vector<TokenId>(30, 1), .max_new_tokens = 6}));  // 9 + 1 blocks: fits
+  CHECK_NOTHROW(s.add_request({.prompt = std::vector<TokenId>(30, 1), .max_new_tokens = 11}));
   S u(pool, nullptr, {.max_batched_tokens = 8, .max_sequences = 2, .chunked_prefill = false});
   CHECK_THROWS_WITH(u.add_request({.prompt = std::vector<TokenId>(6, 1), .max_new_tokens = 4}),
                     Catch::Contains("prompt.size() + max_new_tokens = 10") && Catch::Contains("without chunked prefill"));

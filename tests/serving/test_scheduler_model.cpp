@@ -42,7 +42,7 @@ constexpr int kVocab = 12;
 
 // Blocks of the largest request add_random() makes (prompt <= 5 page + 5, 14 new tokens), plus
 // `spare`: a pool that holds one big request and little else.
-Index tight_pool(Index page, Index spare) { return (5 * page + 5 + 13 + page - 1) / page + 1 + spare; }
+Index tight_pool(Index page, Index spare) { return (5 * page + 5 + 13 + page - 1) / page + spare; }
 
 // Returns a fingerprint of every plan (ids, positions, rows, drafts, preemptions).
 std::uint64_t run_scenario(const Scenario& sc) {

@@ -161,11 +161,11 @@ class Scheduler {
   /// No request waiting or running.
   bool idle() const { return queue_.empty() && running_.empty(); }
 
-  /// Blocks a request may hold at once: its table at the longest (prompt + max_new_tokens - 1
-  /// tokens, the last generated token is never fed) plus one for the copy-on-write of a fully
-  /// cached last page. add_request() rejects a request needing more than the pool's blocks.
+  /// Blocks a request may hold at once: its table at the longest, prompt + max_new_tokens - 1
+  /// tokens (the last generated token is never fed; trie pages it pins are pages of its table).
+  /// add_request() rejects a request needing more than the pool's blocks.
   Index blocks_needed(Index prompt_tokens, Index max_new_tokens) const {
-    return (prompt_tokens + max_new_tokens - 1 + page_ - 1) / page_ + 1;
+    return (prompt_tokens + max_new_tokens - 1 + page_ - 1) / page_;
   }
 
   /// Queues a request; returns its id. Throws std::invalid_argument for a bad request (naming
@@ -175,14 +175,15 @@ class Scheduler {
     validate_request(params);
     const Index p = static_cast<Index>(params.prompt.size()), n = params.max_new_tokens;
     const Index need = blocks_needed(p, n);
-    require(need <= pool_->config().max_blocks, "prompt.size() + max_new_tokens", p + n,
-            "needs up to " + std::to_string(need) + " KV blocks of " + std::to_string(page_) +
-                " tokens (one spare for copy-on-write), more than the pool's " + std::to_string(pool_->config().max_blocks) +
-                ": the request could never run");
-    if (!c_.chunked_prefill)
-      require(p + n - 1 <= c_.max_batched_tokens, "prompt.size() + max_new_tokens", p + n,
-              "a resumed prefill may feed prompt + max_new_tokens - 1 tokens, more than max_batched_tokens = " +
-                  std::to_string(c_.max_batched_tokens) + " allows without chunked prefill");
+    if (need > pool_->config().max_blocks)
+      throw_invalid_argument("prompt.size() + max_new_tokens", p + n,
+                             "needs up to " + std::to_string(need) + " KV blocks of " + std::to_string(page_) +
+                                 " tokens, more than the pool's " + std::to_string(pool_->config().max_blocks) +
+                                 ": the request could never run");
+    if (!c_.chunked_prefill && p + n - 1 > c_.max_batched_tokens)
+      throw_invalid_argument("prompt.size() + max_new_tokens", p + n,
+                             "a resumed prefill may feed prompt + max_new_tokens - 1 tokens, more than max_batched_tokens = " +
+                                 std::to_string(c_.max_batched_tokens) + " allows without chunked prefill");
     auto rec = std::make_unique<Record>(*pool_);
     Record& r = *rec;
     r.id = next_id_++;
@@ -424,7 +425,6 @@ class Scheduler {
     Table table;
     typename Trie::Handle handle;
     Index trie_pages = 0;         // pages of tokens on the pinned trie path
-    BlockId cow_source = -1;      // cached last page copied on write at admission (shared once recomputed)
     bool running = false, cancelled = false, gone = false;
     std::uint64_t arrival = 0, admitted = 0;
     Index enqueued_at = 0;        // iteration_ when it last started waiting
@@ -506,15 +506,12 @@ class Scheduler {
     return n;
   }
 
-  // Blocks the pool must supply for `n` more tokens of r (new pages, plus the copy-on-write copy
-  // of a shared, partially filled last page: in a scheduler-owned table that only happens right
-  // after a fully cached admission, while the last block is still the cached one).
+  // Blocks the pool must supply for `n` more tokens of r. A scheduler-owned table never has a
+  // shared, partially filled last page (matches and shared pages are whole pages), so reserve()
+  // never copies on write here.
   Index blocks_to_add(const Record& r, Index n) const {
     const Table& t = r.table;
-    const Index have = static_cast<Index>(t.blocks().size());
-    Index need = (t.num_tokens() + n + page_ - 1) / page_ - have;
-    if (r.cow_source >= 0 && have > 0 && t.blocks().back() == r.cow_source && t.num_tokens() % page_ != 0) ++need;
-    return std::max<Index>(need, 0);
+    return std::max<Index>((t.num_tokens() + n + page_ - 1) / page_ - static_cast<Index>(t.blocks().size()), 0);
   }
 
   // Evicts unpinned trie leaves (each frees one block: every block a running table holds is
@@ -558,7 +555,6 @@ class Scheduler {
     if (trie_ && r.handle.deepest >= 0) trie_->release(r.handle);
     r.handle = {};
     r.trie_pages = 0;
-    r.cow_source = -1;
     r.table.clear();
     r.computed = 0;
     r.running = false;
@@ -583,14 +579,18 @@ class Scheduler {
     enqueue(r);
   }
 
-  // Admission: match and pin the cached prefix, reserve the first chunk after it. A fully
-  // cached sequence still computes its last token (its logits give the next token): the table
-  // is cut one token short, and the shared last page is copied on write.
+  // Admission: match and pin the cached prefix, reserve the first chunk after it. The last
+  // token is always computed (its logits give the next token), so only whole pages of the
+  // tokens before it are matched (as vLLM): a sequence cached whole recomputes its last page,
+  // which happens only when its length is a multiple of the page. The alternative, cutting the
+  // table one token short and copying the shared last page on write, saves at most a page of
+  // compute and needs a truncation inside a cached page, which per-channel quantized pages
+  // cannot do.
   bool admit(Record& r) {
     typename Trie::Match m;
-    if (trie_) m = trie_->match(r.params.identity, r.tokens);
     const Index len = static_cast<Index>(r.tokens.size());
-    const Index cached = std::min(m.tokens, len - 1);
+    if (trie_) m = trie_->match(r.params.identity, std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(len - 1)));
+    const Index cached = m.tokens;
     const Index n = c_.chunked_prefill ? chunk(len - cached) : len - cached;
     const auto undo = [&] {
       r.table.clear();
@@ -599,12 +599,7 @@ class Scheduler {
     };
     if (n > budget_ || n <= 0) return undo();
     r.table.assign_prefix(m.blocks, m.tokens);
-    if (cached < m.tokens) r.table.truncate(cached);
-    r.cow_source = cached < m.tokens ? m.blocks.back() : -1;
-    if (!evict_for(blocks_to_add(r, n))) {
-      r.cow_source = -1;
-      return undo();
-    }
+    if (!evict_for(blocks_to_add(r, n))) return undo();
     dequeue(r);
     r.handle = m.handle;
     r.trie_pages = m.tokens / page_;
@@ -621,15 +616,10 @@ class Scheduler {
 
   // Feeds the request's newly completed full pages to the trie and pins them (O(page) each).
   // A page the trie already holds under another block (another request computed it at the same
-  // time) is shared and the request's copy freed (SGLang does the same), as is the copy made of a
-  // fully cached last page once its last token is recomputed: so a running request never holds
-  // more than its table's pages plus, for one iteration, that copy.
+  // time, or a cached last page this request recomputed) is shared and the request's copy freed
+  // (SGLang does the same), so a running request never holds more than its table's pages.
   void feed_trie(Record& r) {
     if (!trie_) return;
-    if (r.cow_source >= 0 && r.computed >= r.trie_pages * page_) {
-      r.table.share_page(r.trie_pages - 1, r.cow_source);
-      r.cow_source = -1;
-    }
     while ((r.trie_pages + 1) * page_ <= r.computed) {
       const auto page = std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.trie_pages * page_), static_cast<std::size_t>(page_));
       const BlockId mine = r.table.blocks()[static_cast<std::size_t>(r.trie_pages)];
