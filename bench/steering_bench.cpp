@@ -1,6 +1,7 @@
 // Steering edits per token at d = 4096 against a model step, single thread.
 //   steering/{inferkit,naive}/<op>_d4096   one edit of each of 64 token rows (1 MiB of hidden
-//       states, L2-resident, restored untimed between iterations); counters:
+//       states, L2-resident, restored untimed between iterations), timed in thread CPU time;
+//       counters:
 //         ns_per_token   time of one edit of one row
 //         x_layer        ns_per_token divided by the time of one Llama-7B-shaped layer's
 //                        matrix-vector products for one token (below), measured in this process
@@ -10,12 +11,13 @@
 //       one element at a time)
 //   steering/model/layer_d4096_f32   the seven fp32 matrix-vector products of one layer with
 //       d = 4096, FFN 11008 (wq, wk, wv, wo, w1, w3, w2: 808 MB streamed from DRAM), one token,
-//       one thread: what a steered layer costs anyway.
+//       one thread: what a steered layer costs anyway (x_layer uses the median of 7 steps in
+//       thread CPU time).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <cstdint>
 #include <vector>
 
@@ -62,15 +64,23 @@ class Layer {
   std::vector<float> w_, x_, y_, out_;
 };
 
+// Thread CPU time in seconds: the machines these run on are shared, and time spent descheduled
+// is not the edit's cost (on a quiet machine this equals wall time).
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // Seconds of one layer step for one token: the median of 7 runs, measured once per process.
 double layer_seconds() {
   static const double seconds = [] {
     Layer layer;
     std::vector<double> t;
     for (int i = 0; i < 7; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = thread_seconds();
       benchmark::DoNotOptimize(layer.step());
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      t.push_back(thread_seconds() - t0);
     }
     std::nth_element(t.begin(), t.begin() + 3, t.end());
     return t[3];
@@ -94,10 +104,10 @@ void run(benchmark::State& state, Op op) {
   for (auto _ : state) {
     std::copy(pristine.begin(), pristine.end(), h.begin());
     benchmark::ClobberMemory();
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = thread_seconds();
     for (Index r = 0; r < kRows; ++r) op(h.data() + r * kD);
     benchmark::ClobberMemory();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = thread_seconds() - t0;
     state.SetIterationTime(s);
     total += s;
   }
