@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "llama2c/steering.hpp"
 
 using llama2c::Index;
@@ -90,6 +92,11 @@ double field(const std::string& out, const std::string& key) {
   }
   FAIL("no '" << key << "' in: " << out);
   return 0;
+}
+
+// A path in the temp directory unique to this process (test cases may run in parallel).
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("inferkit_" + std::to_string(getpid()) + "_" + name)).string();
 }
 
 void write_lines(const std::string& path, const std::vector<std::vector<TokenId>>& lines) {
@@ -211,9 +218,7 @@ TEST_CASE("steering CLI on the real model: scale 0 shifts nothing, +/- scales mo
     s.params.temperature = 2.0f;
     neg.push_back(llama2c::generate(m, {}, 20, s));
   }
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string p = (dir / "inferkit_steer_pos.txt").string(), n = (dir / "inferkit_steer_neg.txt").string(),
-                    e = (dir / "inferkit_steer_eval.txt").string();
+  const std::string p = temp_path("steer_pos.txt"), n = temp_path("steer_neg.txt"), e = temp_path("steer_eval.txt");
   write_lines(p, pos);
   write_lines(n, neg);
   llama2c::SamplingConfig greedy;
@@ -260,13 +265,12 @@ TEST_CASE("steering CLI on the real model: scale 0 shifts nothing, +/- scales mo
   };
   CHECK(!ids_line(plain.second).empty());
   CHECK(ids_line(steered0.second) == ids_line(plain.second));
+  for (const auto& f : {p, n, e}) std::filesystem::remove(f);
 }
 
 TEST_CASE("steering flags: clear errors for bad layers, unpaired files and bad lines", "[example][steering][errors]") {
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string model = (dir / "inferkit_steer_model.bin").string(), p = (dir / "inferkit_steer_p.txt").string(),
-                    n = (dir / "inferkit_steer_n.txt").string(), bad = (dir / "inferkit_steer_bad.txt").string(),
-                    e = (dir / "inferkit_steer_e.txt").string();
+  const std::string model = temp_path("steer_model.bin"), p = temp_path("steer_p.txt"), n = temp_path("steer_n.txt"),
+                    bad = temp_path("steer_bad.txt"), e = temp_path("steer_e.txt");
   random_model(9).save(model);
   write_lines(p, {{5, 6, 7}, {8, 9}});
   write_lines(n, {{10, 11}});
@@ -295,4 +299,5 @@ TEST_CASE("steering flags: clear errors for bad layers, unpaired files and bad l
   check_cli("eval --model " + model + " --eval-ids " + e + " --steer-pos " + p + " --steer-neg " + p +
                 " --steer-layer 0 --steer-tokens 250",
             "--steer-tokens id = 250 is invalid: must be in [0, 200)");
+  for (const auto& f : {model, p, n, bad, e}) std::filesystem::remove(f);
 }

@@ -140,7 +140,7 @@ class ContrastiveVectorBuilder {
 /// The steering vector of N prompt pairs at once: positives[i] and negatives[i] are the hidden
 /// states [tokens_i, dim] of pair i (see ContrastiveVectorBuilder).
 /// @throws std::invalid_argument if the lists are empty or differ in length, or as
-///         ContrastiveVectorBuilder::add_pair and ::vector.
+///         ContrastiveVectorBuilder::add_pair and ContrastiveVectorBuilder::vector().
 inline std::vector<float> contrastive_steering_vector(std::span<const MatrixView<const float>> positives,
                                                       std::span<const MatrixView<const float>> negatives,
                                                       ContrastiveOptions opt = {}) {
