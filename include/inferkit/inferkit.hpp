@@ -47,3 +47,8 @@
 #include "inferkit/sampling/top_k.hpp"
 #include "inferkit/sampling/top_p.hpp"
 #include "inferkit/sampling/typical.hpp"
+
+#include "inferkit/steering/contrastive_vector.hpp"
+#include "inferkit/steering/position_selection.hpp"
+#include "inferkit/steering/residual_ops.hpp"
+#include "inferkit/steering/steering_plan.hpp"
