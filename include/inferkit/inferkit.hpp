@@ -50,3 +50,8 @@
 #include "inferkit/serving/batch_plan.hpp"
 #include "inferkit/serving/request.hpp"
 #include "inferkit/serving/scheduler.hpp"
+
+#include "inferkit/steering/contrastive_vector.hpp"
+#include "inferkit/steering/position_selection.hpp"
+#include "inferkit/steering/residual_ops.hpp"
+#include "inferkit/steering/steering_plan.hpp"
