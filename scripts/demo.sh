@@ -61,6 +61,31 @@ window 64|--cache window --window 64
 sinks 4 + window 60|--cache sink-window --sinks 4 --window 60
 POLICIES
 
+echo "=== quantized weights (quant/): NLL against the bytes the projections and classifier read per token"
+"$runner" generate --model "$model" --temperature 0.8 --seed 11 --steps 256 --print-ids 2>/dev/null > "$report/calib_ids.txt"
+{
+  echo "| weights | activations | mean NLL | perplexity | weight bytes |"
+  echo "|---|---|---|---|---|"
+} > "$report/quant.md"
+: > "$report/quant.dat"
+while IFS='|' read -r name acts flags; do
+  line=$("$runner" eval --model "$model" --eval-ids "$report/eval_ids.txt" $flags)
+  nll=$(echo "$line" | awk '{for (i = 1; i < NF; ++i) if ($i == "mean_nll") print $(i + 1)}')
+  ppl=$(echo "$line" | awk '{for (i = 1; i < NF; ++i) if ($i == "ppl") print $(i + 1)}')
+  bytes=$(echo "$line" | awk '{for (i = 1; i < NF; ++i) if ($i == "weight_bytes") print $(i + 1)}')
+  echo "$name, $acts: $line"
+  echo "| $name | $acts | $nll | $ppl | $bytes |" >> "$report/quant.md"
+  echo "\"$name, $acts\" $bytes $nll" >> "$report/quant.dat"
+done <<QUANT
+f32|float|--weights f32
+int8|float|--weights int8
+int8|int8 per token (W8A8)|--weights int8 --act-int8
+int8|W8A8 + LLM.int8 (6.0)|--weights int8 --act-int8 --outlier-threshold 6
+int8|W8A8 + SmoothQuant 0.5|--weights int8 --act-int8 --smooth 0.5 --calib-ids $report/calib_ids.txt
+int4 g32|float|--weights int4
+int4 g32|int8 per 32-block (Q8_0)|--weights int4 --act-int8
+QUANT
+
 echo "=== steering: contrastive vector (coherent vs noisy samples) at layer 3, swept over scale"
 # Positive prompts: samples at temperature 0.5; negative: samples at temperature 2 (same seeds).
 # The token set whose probability eval reports: the 4 most frequent ids of the positive samples.
@@ -144,6 +169,17 @@ set key off
 plot "$report/eval.dat" using 2:3:1 with labels point pt 7 offset char 1,1 notitle
 GNUPLOT
   plots="![NLL against KV bytes](nll_vs_bytes.png)"
+  gnuplot <<GNUPLOT
+set terminal pngcairo size 900,560
+set output "$report/nll_vs_weight_bytes.png"
+set title "Quantized weights: mean NLL against weight bytes read per token"
+set xlabel "weight bytes (projections and classifier)"
+set ylabel "mean NLL (nats)"
+set logscale x
+set grid
+set key off
+plot "$report/quant.dat" using 2:3:1 with labels point pt 7 offset char 1,1 notitle
+GNUPLOT
 fi
 {
   echo "# inferkit demo report"
@@ -155,6 +191,12 @@ fi
   cat "$report/eval.md"
   echo
   echo "$plots"
+  echo
+  echo "## Quantized weights on the model's own greedy text"
+  echo
+  cat "$report/quant.md"
+  echo
+  [ -f "$report/nll_vs_weight_bytes.png" ] && echo "![NLL against weight bytes](nll_vs_weight_bytes.png)"
   echo
   echo "## Decode time against context length, per KV encoding"
   echo

@@ -42,6 +42,18 @@ struct Config {
   int kv_dim() const { return head_size() * n_kv_heads; }
 };
 
+/// The model's linear maps: the per-layer projections and the classifier.
+enum class Proj { kQ, kK, kV, kO, kW1, kW2, kW3, kClassifier };
+
+/// Runs a model's projections in place of its float matrices (quant_weights.hpp: quantized
+/// weights through inferkit's quant/ primitives). project() writes y = W x for projection `p`
+/// of layer `layer` (the classifier ignores `layer`).
+class ProjectionHook {
+ public:
+  virtual ~ProjectionHook() = default;
+  virtual void project(Proj p, int layer, const float* x, float* y) const = 0;
+};
+
 /// The weights, owned in one float buffer; matrices are Eigen maps into it.
 class Model {
  public:
@@ -111,6 +123,35 @@ class Model {
   MatrixMap w2(int l) const { return MatrixMap(w2_ + static_cast<std::size_t>(l) * c_.dim * c_.hidden_dim, c_.dim, c_.hidden_dim); }
   MatrixMap w3(int l) const { return MatrixMap(w3_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim); }
   MatrixMap wcls() const { return MatrixMap(wcls_, c_.vocab_size, c_.dim); }
+  MatrixMap matrix(Proj p, int l) const {
+    switch (p) {
+      case Proj::kQ: return wq(l);
+      case Proj::kK: return wk(l);
+      case Proj::kV: return wv(l);
+      case Proj::kO: return wo(l);
+      case Proj::kW1: return w1(l);
+      case Proj::kW2: return w2(l);
+      case Proj::kW3: return w3(l);
+      case Proj::kClassifier: break;
+    }
+    return wcls();
+  }
+  // Writable views, for transforms that fold factors into the weights (SmoothQuant).
+  Eigen::Map<RowMatrix> mutable_matrix(Proj p, int l) {
+    const MatrixMap m = matrix(p, l);
+    return Eigen::Map<RowMatrix>(const_cast<float*>(m.data()), m.rows(), m.cols());
+  }
+  float* mutable_rms_att(int l) { return rms_att_ + l * c_.dim; }
+  float* mutable_rms_ffn(int l) { return rms_ffn_ + l * c_.dim; }
+
+  /// y = W x through the installed hook, or the float matrix (Eigen) when there is none.
+  void project(Proj p, int l, const float* x, float* y) const {
+    if (projections_) return projections_->project(p, l, x, y);
+    const MatrixMap m = matrix(p, l);
+    Eigen::Map<Eigen::VectorXf>(y, m.rows()).noalias() = m * VectorMap(x, m.cols());
+  }
+  void set_projections(std::shared_ptr<const ProjectionHook> hook) { projections_ = std::move(hook); }
+  const ProjectionHook* projections() const { return projections_.get(); }
 
  private:
   explicit Model(Config c) : c_(c), data_(weight_floats(c)) {}
@@ -161,6 +202,7 @@ class Model {
   std::vector<float> data_;
   float *rms_att_ = nullptr, *wq_ = nullptr, *wk_ = nullptr, *wv_ = nullptr, *wo_ = nullptr, *rms_ffn_ = nullptr;
   float *w1_ = nullptr, *w2_ = nullptr, *w3_ = nullptr, *rms_final_ = nullptr, *wcls_ = nullptr;
+  std::shared_ptr<const ProjectionHook> projections_;
 };
 
 // ---- caches -------------------------------------------------------------------------------
@@ -295,6 +337,7 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
       throw std::out_of_range("llama2c: token " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +
                               std::to_string(c.vocab_size) + ")");
   RowMatrix x(n, D), xb(n, D), q(n, D), k(n, kvd), v(n, kvd), att(n, D), h1(n, c.hidden_dim), h3(n, c.hidden_dim);
+  Eigen::RowVectorXf tmp(D);
   for (Index t = 0; t < n; ++t) x.row(t) = Eigen::Map<const Eigen::RowVectorXf>(m.embedding(tokens[t]), D);
   std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
   for (Index t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = pos + static_cast<std::int32_t>(t);
@@ -302,9 +345,9 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
   for (int l = 0; l < L; ++l) {
     for (Index t = 0; t < n; ++t) {
       rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_att(l), D);
-      q.row(t).noalias() = (m.wq(l) * xb.row(t).transpose()).transpose();
-      k.row(t).noalias() = (m.wk(l) * xb.row(t).transpose()).transpose();
-      v.row(t).noalias() = (m.wv(l) * xb.row(t).transpose()).transpose();
+      m.project(Proj::kQ, l, xb.row(t).data(), q.row(t).data());
+      m.project(Proj::kK, l, xb.row(t).data(), k.row(t).data());
+      m.project(Proj::kV, l, xb.row(t).data(), v.row(t).data());
     }
     if (!cache.rotates_on_read())
       inferkit::apply_rope(inferkit::Tensor3View<float>(k.data(), n, c.n_kv_heads, hs), positions, rope);
@@ -316,22 +359,24 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
     inferkit::apply_rope(inferkit::Tensor3View<float>(q.data(), n, c.n_heads, hs), qpos, rope);
     cache.attend(l, q.data(), att.data(), n, c.n_heads, hs);
     for (Index t = 0; t < n; ++t) {
-      x.row(t).noalias() += (m.wo(l) * att.row(t).transpose()).transpose();
+      m.project(Proj::kO, l, att.row(t).data(), tmp.data());
+      x.row(t) += tmp;
       rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_ffn(l), D);
-      h1.row(t).noalias() = (m.w1(l) * xb.row(t).transpose()).transpose();
-      h3.row(t).noalias() = (m.w3(l) * xb.row(t).transpose()).transpose();
+      m.project(Proj::kW1, l, xb.row(t).data(), h1.row(t).data());
+      m.project(Proj::kW3, l, xb.row(t).data(), h3.row(t).data());
       for (int i = 0; i < c.hidden_dim; ++i) {
         const float a = h1(t, i);
         h1(t, i) = a / (1.0f + std::exp(-a)) * h3(t, i);  // SwiGLU
       }
-      x.row(t).noalias() += (m.w2(l) * h1.row(t).transpose()).transpose();
+      m.project(Proj::kW2, l, h1.row(t).data(), tmp.data());
+      x.row(t) += tmp;
     }
     if (hook && *hook) (*hook)(l, pos, inferkit::MatrixView<float>(x.data(), n, D));
   }
   for (Index t = 0; t < n; ++t) {
     rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_final(), D);
     if (hidden) std::copy_n(xb.row(t).data(), D, hidden + t * D);  // the last hidden state, normalized
-    Eigen::Map<Eigen::VectorXf>(logits + t * c.vocab_size, c.vocab_size).noalias() = m.wcls() * xb.row(t).transpose();
+    m.project(Proj::kClassifier, 0, xb.row(t).data(), logits + t * c.vocab_size);
   }
 }
 

@@ -7,6 +7,8 @@
 //   inferkit-llama2c eval --model M --eval-ids FILE [--eval-range A:B]
 //       [--cache dense|window|sink-window] [--window W] [--sinks N] [--positions original|cache]
 //       [--kv-quant none|int8|int4|kivi4|kivi2] [--kv-quant-k ...] [--kv-quant-v ...]
+//   generate and eval also take [--weights f32|int8|int4] [--act-int8] [--outlier-threshold T]
+//       [--smooth ALPHA --calib-ids FILE] (quant_weights.hpp; the draft model stays float)
 //   generate and eval also take --steer-pos FILE --steer-neg FILE --steer-layer L
 //       [--steer-scale S] [--steer-ablate] [--steer-unit] [--steer-preserve-norm]
 //       [--steer-reduce mean|last] [--steer-positions all|prompt|generated|A:B]
@@ -28,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "quant_weights.hpp"
 #include "runner.hpp"
 #include "steering.hpp"
 #include "tokenizer.hpp"
@@ -117,6 +120,33 @@ std::optional<inferkit::KvQuantConfig> quant_config(const Args& a, Index head_di
   return cfg;
 }
 
+// --weights / --act-int8 / --outlier-threshold / --smooth / --calib-ids: quantizes the model's
+// projections in place (quant_weights.hpp); returns the bytes they read per token.
+std::size_t apply_quant_flags(const Args& a, llama2c::Model& m) {
+  llama2c::QuantOptions q;
+  const std::string w = a.str("--weights", "f32");
+  if (w == "f32") q.weights = llama2c::WeightFormat::kF32;
+  else if (w == "int8") q.weights = llama2c::WeightFormat::kInt8;
+  else if (w == "int4") q.weights = llama2c::WeightFormat::kInt4;
+  else throw std::invalid_argument("--weights = '" + w + "' is invalid: must be f32, int8 or int4");
+  q.act_int8 = a.has("--act-int8");
+  if (a.has("--outlier-threshold")) q.outlier_threshold = a.real("--outlier-threshold", 6.0f);
+  if (a.has("--smooth")) q.smooth_alpha = a.real("--smooth", 0.5f);
+  if (a.has("--calib-ids")) {
+    std::ifstream f(a.str("--calib-ids"));
+    if (!f) throw std::invalid_argument("cannot open --calib-ids file '" + a.str("--calib-ids") + "'");
+    std::stringstream text;
+    text << f.rdbuf();
+    q.calib_ids = parse_ids(text.str(), "--calib-ids");
+    for (TokenId t : q.calib_ids)
+      if (t < 0 || t >= m.config().vocab_size)
+        throw std::invalid_argument("--calib-ids: token " + std::to_string(t) + " is outside the vocabulary");
+  }
+  return llama2c::quantize_model(m, q);
+}
+const std::vector<std::string> kQuantValueFlags = {"--weights", "--outlier-threshold", "--smooth", "--calib-ids"};
+const std::vector<std::string> kQuantSwitches = {"--act-int8"};
+
 std::set<std::string> with(std::set<std::string> flags, const std::vector<std::string>& more) {
   flags.insert(more.begin(), more.end());
   return flags;
@@ -149,13 +179,14 @@ std::optional<llama2c::SteeringSpec> steering_spec(const Args& a, const llama2c:
 
 int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+               with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
                 "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer"},
-               llama2c::kSteeringValueFlags),
-               with({"--print-ids"}, llama2c::kSteeringSwitches));
+               llama2c::kSteeringValueFlags), kQuantValueFlags),
+               with(with({"--print-ids"}, llama2c::kSteeringSwitches), kQuantSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
-  const auto model = llama2c::Model::load(a.str("--model"));
+  auto model = llama2c::Model::load(a.str("--model"));
+  apply_quant_flags(a, model);
   const Index steps = a.integer("--steps", 256);
   if (steps < 1) throw std::invalid_argument("--steps must be >= 1");
   llama2c::SamplingConfig s;
@@ -243,13 +274,14 @@ int cmd_generate(int argc, char** argv) {
 
 int cmd_eval(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               with({"--model", "--eval-ids", "--eval-range", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
+               with(with({"--model", "--eval-ids", "--eval-range", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
                      "--kv-quant-k", "--kv-quant-v", "--tokenizer"},
-                    llama2c::kSteeringValueFlags),
-               with({}, llama2c::kSteeringSwitches));
+                    llama2c::kSteeringValueFlags), kQuantValueFlags),
+               with(with({}, llama2c::kSteeringSwitches), kQuantSwitches));
   if (!a.has("--model")) throw std::invalid_argument("eval needs --model PATH");
   if (!a.has("--eval-ids")) throw std::invalid_argument("eval needs --eval-ids FILE");
-  const auto model = llama2c::Model::load(a.str("--model"));
+  auto model = llama2c::Model::load(a.str("--model"));
+  const std::size_t weight_bytes = apply_quant_flags(a, model);
   std::ifstream f(a.str("--eval-ids"));
   if (!f) throw std::invalid_argument("cannot open --eval-ids file '" + a.str("--eval-ids") + "'");
   std::stringstream text;
@@ -298,8 +330,8 @@ int cmd_eval(int argc, char** argv) {
   }
   if (a.has("--tokenizer")) throw std::invalid_argument("eval reads --tokenizer only for text steering prompts");
   const auto r = llama2c::evaluate(model, ids, c, first, last);
-  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f\n", ids.size(), static_cast<long>(r.count),
-              r.mean_nll, r.ppl(), r.kv_bytes);
+  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f weight_bytes %zu\n", ids.size(),
+              static_cast<long>(r.count), r.mean_nll, r.ppl(), r.kv_bytes, weight_bytes);
   return 0;
 }
 

@@ -21,6 +21,7 @@
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/half.hpp"
+#include "inferkit/core/quant_rounding.hpp"
 #include "inferkit/core/view.hpp"
 
 namespace inferkit {
@@ -63,23 +64,10 @@ inline void validate_kv_quant(const QuantSpec& s, Index head_dim, const std::str
 }
 
 namespace detail {
-
-/// Smallest binary16 value >= x (x finite, >= 0); +inf if x exceeds the binary16 range.
-inline Float16 f16_round_up(float x) {
-  Float16 h = to_float16(x);
-  if (to_float(h) < x) ++h.bits;  // positive values: the next bit pattern is the next value up
-  return h;
-}
-/// Largest binary16 value <= x.
-inline Float16 f16_round_down(float x) {
-  Float16 h = to_float16(x);
-  if (to_float(h) > x) {
-    if (x >= 0.0f) --h.bits;
-    else ++h.bits;  // negative values grow in magnitude with the bit pattern
-  }
-  return h;
-}
-
+// The rounding rules live in core/quant_rounding.hpp (shared with quant/); kept here by their
+// old names for existing callers.
+using ::inferkit::f16_round_down;
+using ::inferkit::f16_round_up;
 }  // namespace detail
 
 /// Step and zero of one group, as stored.
@@ -103,10 +91,11 @@ inline QuantParams choose_params(const float* x, Index n, Index stride, const Qu
   }
   QuantParams p;
   if (s.symmetric) {
-    p.step = detail::f16_round_up(amax / static_cast<float>(s.offset() - 1 > 0 ? s.offset() - 1 : 1));
+    p.step = symmetric_step_f16(amax, s.offset() - 1 > 0 ? s.offset() - 1 : 1);
   } else {
-    p.min = detail::f16_round_down(lo);
-    p.step = detail::f16_round_up((hi - to_float(p.min)) / static_cast<float>(s.levels()));
+    const AsymmetricStepF16 a = asymmetric_step_f16(lo, hi, s.levels());
+    p.step = a.step;
+    p.min = a.min;
   }
   if (!std::isfinite(to_float(p.step)) || !std::isfinite(to_float(p.min)))
     throw_invalid_argument("kv group range", std::max(std::abs(lo), std::abs(hi)),
@@ -116,10 +105,8 @@ inline QuantParams choose_params(const float* x, Index n, Index stride, const Qu
 
 /// Code of one value under the stored parameters (round to nearest, clamped to the code range).
 inline int encode(float x, const QuantParams& p, const QuantSpec& s) {
-  const float step = to_float(p.step);
-  if (step == 0.0f) return s.symmetric ? s.offset() : 0;
-  const float q = std::nearbyint((x - p.zero(s)) / step);
-  return static_cast<int>(std::clamp(q, 0.0f, static_cast<float>(s.symmetric ? 2 * s.offset() - 1 : s.levels())));
+  return quantize_code(x, to_float(p.step), p.zero(s), s.symmetric ? 2 * s.offset() - 1 : s.levels(),
+                       s.symmetric ? s.offset() : 0);
 }
 
 inline float decode(int code, const QuantParams& p, const QuantSpec& s) {
