@@ -1,0 +1,101 @@
+#pragma once
+// The mass of a candidate set in one pass: Z = sum w_i with w_i = simd::exp(l_i - max) (the weight
+// function of candidates.hpp), the number of candidates, and optionally sum w_i (l_i - max), from
+// which the entropy follows without a log per token:
+//   H = -sum p_i log p_i = log Z - sum w_i (l_i - max) / Z   (p_i = w_i / Z, log w_i = l_i - max).
+// Sums are taken in double; each term is a float weight (or the double product of a float weight
+// and a float difference), so results differ from any other summation order only in the last
+// bits of a double. Used by the rules that need probabilities but no ranking: XTC, epsilon, eta,
+// dynamic temperature, Mirostat v2.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "inferkit/core/simd.hpp"
+#include "inferkit/sampling/candidates.hpp"
+
+namespace inferkit::detail {
+
+/// Z, sum w (l - max) (when asked for) and the candidate count of a set.
+struct CandidateMass {
+  double z = 0.0;
+  double wl = 0.0;
+  Index count = 0;
+  /// Entropy of p = w / Z in nats (needs wl).
+  double entropy() const { return std::log(z) - wl / z; }
+};
+
+/// One pass over the candidates' logits: weights, their double sum, the count of finite logits
+/// and (when `with_entropy`) sum w (l - max) in double.
+inline CandidateMass candidate_mass(const Candidates& c, float max, bool with_entropy) {
+  CandidateMass m;
+  const auto x = c.logits();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (!c.dense()) {
+    const auto& ids = c.ids();
+    std::vector<float> l(ids.size()), w(ids.size());
+    for (std::size_t j = 0; j < ids.size(); ++j) l[j] = x[static_cast<std::size_t>(ids[j])];
+    simd::exp_shifted(l.data(), w.data(), l.size(), max);
+    m.z = simd::sum_as_double(w.data(), w.size());
+    m.count = static_cast<Index>(ids.size());
+    if (with_entropy)
+      for (std::size_t j = 0; j < ids.size(); ++j)
+        if (w[j] > 0.0f) m.wl += double(w[j]) * double(l[j] - max);
+    return m;
+  }
+  const std::size_t n = x.size();
+#if defined(__AVX512F__)
+  if constexpr (simd::kWidth == 16) {
+    // Weights stay in registers: each vector widens to two double vectors for the sums; the
+    // entropy term is a masked double FMA (filtered lanes would give 0 * -inf).
+    __m512d z0 = _mm512_setzero_pd(), z1 = z0, h0 = z0, h1 = z0;
+    const __m512 vmax = _mm512_set1_ps(max), vneg = _mm512_set1_ps(kNegInf);
+    std::uint64_t count = 0;
+    for (std::size_t i = 0; i < n; i += 16) {
+      const auto left = static_cast<unsigned>(std::min<std::size_t>(16, n - i));
+      const __mmask16 live = static_cast<__mmask16>(left == 16 ? 0xFFFFu : (1u << left) - 1u);
+      const __m512 l = _mm512_mask_loadu_ps(vneg, live, x.data() + i);
+      const __m512 d = _mm512_sub_ps(l, vmax);
+      const __m512 e = simd::exp_nonpositive(simd::VecF(d));
+      const __mmask16 fin = _mm512_cmp_ps_mask(l, vneg, _CMP_NEQ_OQ);
+      count += static_cast<std::uint64_t>(__builtin_popcount(fin));
+      const __m512d elo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+      const __m512d ehi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+      z0 = _mm512_add_pd(z0, elo);
+      z1 = _mm512_add_pd(z1, ehi);
+      if (with_entropy) {
+        const __m512d dlo = _mm512_cvtps_pd(_mm512_castps512_ps256(d));
+        const __m512d dhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+        h0 = _mm512_mask3_fmadd_pd(elo, dlo, h0, static_cast<__mmask8>(fin));
+        h1 = _mm512_mask3_fmadd_pd(ehi, dhi, h1, static_cast<__mmask8>(fin >> 8));
+      }
+    }
+    m.z = _mm512_reduce_add_pd(_mm512_add_pd(z0, z1));
+    m.wl = _mm512_reduce_add_pd(_mm512_add_pd(h0, h1));
+    m.count = static_cast<Index>(count);
+    return m;
+  }
+#endif
+  constexpr std::size_t kBlock = 1024;
+  alignas(64) float w[kBlock];
+  for (std::size_t b0 = 0; b0 < n; b0 += kBlock) {
+    const std::size_t len = std::min(kBlock, n - b0);
+    const float* l = x.data() + b0;
+    simd::exp_shifted(l, w, len, max);
+    m.z += simd::sum_as_double(w, len);
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    for (std::size_t i = 0; i < len; ++i) {
+      const bool finite = l[i] > kNegInf;
+      m.count += finite;
+      if (with_entropy && finite) acc[i % 4] += double(w[i]) * double(l[i] - max);
+    }
+    m.wl += (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  }
+  return m;
+}
+
+}  // namespace inferkit::detail

@@ -1,0 +1,101 @@
+#pragma once
+// XTC, "exclude top choices" (p-e-w, text-generation-webui; llama.cpp's xtc sampler): with
+// probability `probability`, every candidate whose probability is at least `threshold` is
+// removed except the least probable of them, so the text leaves its most predictable path while
+// a plausible token stays. Nothing happens when fewer than two candidates reach the threshold, or
+// when removing them would leave fewer than `min_keep` candidates (llama.cpp's rule).
+//
+// Probabilities are p_i = w_i / Z over the current candidates (weights of candidates.hpp, Z in
+// double), so "p_i >= threshold" is "w_i >= threshold * Z". Among tokens tied with the least
+// probable one, the last in decoding order (the highest id) is the one kept.
+//
+// The coin: XTC fires when u < probability, with u the 53-bit uniform of words 2-3 of Philox
+// block `draw_index` of the request's CounterRng. The categorical draw of the same index reads
+// words 0-1, so the coin and the draw are independent and (seed, stream, draw_index) fixes both
+// on any thread. Sort-free: one pass for Z, one collection of the few tokens above threshold * Z
+// (at most 1 / threshold of them).
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/philox.hpp"
+#include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/detail/mass.hpp"
+#include "inferkit/sampling/min_p.hpp"
+
+namespace inferkit {
+
+/// XTC's parameters (llama.cpp's defaults: threshold 0.1, probability 0 = off).
+struct Xtc {
+  float threshold = 0.1f;    ///< probability a token needs to count as a "top choice", in [0, 1]
+  float probability = 0.0f;  ///< chance that the rule fires at a step, in [0, 1] (0 = never)
+  Index min_keep = 1;        ///< the rule does not fire if fewer candidates would remain
+};
+
+/// Checks XTC's parameters; throws std::invalid_argument naming the bad one.
+inline void validate_xtc(const Xtc& q) {
+  require(std::isfinite(q.threshold) && q.threshold >= 0.0f && q.threshold <= 1.0f, "xtc_threshold", q.threshold,
+          "must be in [0, 1]");
+  require(std::isfinite(q.probability) && q.probability >= 0.0f && q.probability <= 1.0f, "xtc_probability",
+          q.probability, "must be in [0, 1]");
+  require(q.min_keep >= 1, "min_keep", q.min_keep, "must be >= 1");
+}
+
+/// XTC's coin for draw `draw_index` of `rng`: a uniform double in [0, 1) from words 2-3 of the
+/// Philox block (the categorical draw of the same index uses words 0-1).
+inline double xtc_uniform(const CounterRng& rng, std::uint64_t draw_index) {
+  const auto b = rng.block(draw_index);
+  return CounterRng::to_unit_double(b[2], b[3]);
+}
+
+/// Applies XTC to the candidates given the coin u in [0, 1): the rule fires when u < probability.
+inline void apply_xtc(Candidates& c, const Xtc& q, double u) {
+  validate_xtc(q);
+  if (!(u < double(q.probability))) return;
+  const float max = c.summary().max;
+  const detail::CandidateMass m = detail::candidate_mass(c, max, false);
+  if (m.count < 2) return;
+  const float t = static_cast<float>(double(q.threshold) * m.z);
+  std::vector<TokenId> top = t > 0.0f ? detail::ids_with_weight_at_least(c, max, t) : std::vector<TokenId>{};
+  if (t <= 0.0f) c.for_each([&](TokenId id) { top.push_back(id); });  // threshold 0: every candidate
+  if (top.size() < 2) return;
+  const Index remaining = m.count - static_cast<Index>(top.size()) + 1;
+  if (remaining < q.min_keep) return;
+  // The one kept: last in decoding order (lowest logit, then highest id).
+  const auto x = c.logits();
+  TokenId keep = top.front();
+  for (TokenId id : top)
+    if (!DecodingOrder{x}(id, keep)) keep = id;
+  if (c.dense()) {
+    for (TokenId id : top)
+      if (id != keep) x[static_cast<std::size_t>(id)] = -std::numeric_limits<float>::infinity();
+    c.logits_changed();
+  } else {
+    std::vector<TokenId> ids;
+    ids.reserve(c.ids().size());
+    std::size_t j = 0;  // both ascending: a merge
+    for (TokenId id : c.ids()) {
+      while (j < top.size() && top[j] < id) ++j;
+      if (id == keep || j == top.size() || top[j] != id) ids.push_back(id);
+    }
+    c.restrict_to(std::move(ids));
+  }
+}
+
+/// Applies XTC with the coin of draw `draw_index` of `rng` (see xtc_uniform).
+inline void apply_xtc(Candidates& c, const Xtc& q, const CounterRng& rng, std::uint64_t draw_index) {
+  apply_xtc(c, q, xtc_uniform(rng, draw_index));
+}
+
+/// In place on one row; removed tokens become -inf.
+inline void apply_xtc(std::span<float> logits, const Xtc& q, const CounterRng& rng, std::uint64_t draw_index) {
+  Candidates c(logits);
+  apply_xtc(c, q, rng, draw_index);
+  c.materialize();
+}
+
+}  // namespace inferkit
