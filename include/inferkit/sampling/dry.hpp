@@ -54,13 +54,13 @@ inline void validate_dry(const Dry& q) {
   require(std::isfinite(q.base) && q.base >= 1.0f, "dry_base", q.base, "must be finite and >= 1");
   require(q.allowed_length >= 0, "dry_allowed_length", q.allowed_length, "must be >= 0");
   require(q.penalty_last_n >= -1, "dry_penalty_last_n", q.penalty_last_n, "must be >= -1 (-1 = all, 0 = off)");
-  for (std::size_t i = 0; i < q.sequence_breakers.size(); ++i) {
-    require(!q.sequence_breakers[i].empty(), "dry_sequence_breakers[" + std::to_string(i) + "].size()", 0,
-            "must be > 0");
-    for (std::size_t j = 0; j < q.sequence_breakers[i].size(); ++j)
-      require(q.sequence_breakers[i][j] >= 0,
-              "dry_sequence_breakers[" + std::to_string(i) + "][" + std::to_string(j) + "]",
-              q.sequence_breakers[i][j], "must be >= 0");
+  for (std::size_t i = 0; i < q.sequence_breakers.size(); ++i) {  // names built on failure only
+    const auto& b = q.sequence_breakers[i];
+    if (b.empty()) throw_invalid_argument("dry_sequence_breakers[" + std::to_string(i) + "].size()", 0, "must be > 0");
+    for (std::size_t j = 0; j < b.size(); ++j)
+      if (b[j] < 0)
+        throw_invalid_argument("dry_sequence_breakers[" + std::to_string(i) + "][" + std::to_string(j) + "]", b[j],
+                               "must be >= 0");
   }
 }
 
@@ -139,8 +139,8 @@ void for_each_dry_repeat(std::span<const TokenId> history, const Dry& q, Index v
                          "must be in [0, " + std::to_string(vocab) + ")");
   for (std::size_t i = 0; i < q.sequence_breakers.size(); ++i)
     for (std::size_t j = 0; j < q.sequence_breakers[i].size(); ++j)
-      detail::check_token(q.sequence_breakers[i][j], vocab,
-                          "dry_sequence_breakers[" + std::to_string(i) + "][" + std::to_string(j) + "]");
+      if (const TokenId t = q.sequence_breakers[i][j]; t >= vocab)  // the name is built on failure only
+        detail::check_token(t, vocab, "dry_sequence_breakers[" + std::to_string(i) + "][" + std::to_string(j) + "]");
   if (L <= q.allowed_length) return;
   const Index limit = detail::dry_repeat_limit(w, q.sequence_breakers);
   if (limit < q.allowed_length) return;

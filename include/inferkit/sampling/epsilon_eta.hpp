@@ -66,8 +66,8 @@ inline void keep_top_k_with_ties(Candidates& c, Index k) {
   for (TokenId id : top) kth = std::min(kth, x[static_cast<std::size_t>(id)]);
   std::vector<TokenId> ids;
   if (c.dense()) {
-    collect_ids(x, kth, kHighest, ids);
-    if (static_cast<Index>(ids.size()) > std::max<Index>(4096, c.vocab_size() / 16)) {  // huge ties
+    const auto limit = static_cast<std::size_t>(std::max<Index>(4096, c.vocab_size() / 16));
+    if (!collect_ids_up_to(x, kth, kHighest, ids, limit)) {  // huge ties: stay dense
       filter_below(x, kth, false);
       c.logits_changed();
       return;
@@ -98,7 +98,7 @@ inline double eta_floor(float epsilon, double entropy) {
 inline void apply_epsilon_cutoff(Candidates& c, const EpsilonCutoff& q) {
   validate_cutoff(q.epsilon, q.min_keep, "epsilon_cutoff");
   const float max = c.summary().max;
-  const detail::CandidateMass m = detail::candidate_mass(c, max, false);
+  const detail::CandidateMass m = detail::candidate_mass(c, max, false, false);
   detail::keep_probability_at_least(c, max, m, double(q.epsilon), q.min_keep);
 }
 
@@ -106,7 +106,7 @@ inline void apply_epsilon_cutoff(Candidates& c, const EpsilonCutoff& q) {
 inline void apply_eta_cutoff(Candidates& c, const EtaCutoff& q) {
   validate_cutoff(q.epsilon, q.min_keep, "eta_cutoff");
   const float max = c.summary().max;
-  const detail::CandidateMass m = detail::candidate_mass(c, max, true);
+  const detail::CandidateMass m = detail::candidate_mass(c, max, true, false);
   detail::keep_probability_at_least(c, max, m, eta_floor(q.epsilon, m.entropy()), q.min_keep);
 }
 

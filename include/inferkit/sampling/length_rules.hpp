@@ -62,7 +62,8 @@ inline void require_generated(Index generated) {
   require(generated >= 0, "generated", generated, "must be >= 0");
 }
 inline void check_tokens(std::span<const TokenId> ids, Index vocab, const char* name) {
-  for (std::size_t i = 0; i < ids.size(); ++i) check_token(ids[i], vocab, std::string(name) + "[" + std::to_string(i) + "]");
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab) check_token(ids[i], vocab, std::string(name) + "[" + std::to_string(i) + "]");
 }
 }  // namespace detail
 

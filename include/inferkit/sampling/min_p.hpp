@@ -90,8 +90,11 @@ inline bool keep_weight_at_least(Candidates& c, float max, float t, Index at_lea
   const WeightCut wc = weight_cut(max, t);
   std::vector<TokenId> ids;
   if (c.dense()) {
-    collect_ids(x, wc.cut, kHighest, ids);
-    if (at_least == 1 && static_cast<Index>(ids.size()) > std::max<Index>(4096, c.vocab_size() / 16)) {
+    // Past the limit a list would hold most of the row: with at_least 1 filter in place instead
+    // (and stop collecting there); otherwise the list is needed whatever its size.
+    const auto limit = static_cast<std::size_t>(std::max<Index>(4096, c.vocab_size() / 16));
+    const bool few = collect_ids_up_to(x, wc.cut, kHighest, ids, at_least == 1 ? limit : x.size());
+    if (!few) {
       // Many may pass: filter in place, the row stays dense (no list to sort and materialize);
       // the max always passes (t <= 1), so one survivor is certain without a count.
       using simd::VecF;

@@ -72,7 +72,7 @@ inline void apply_mirostat(Candidates& c, const Mirostat& q, float mu) {
   const float max = c.summary().max;
   const auto x = c.logits();
   if (q.version == 2) {
-    const detail::CandidateMass m = detail::candidate_mass(c, max, false);
+    const detail::CandidateMass m = detail::candidate_mass(c, max, false, false);
     const float t = static_cast<float>(m.z * std::exp2(-double(mu)));
     if (!detail::keep_weight_at_least(c, max, t, 1)) apply_top_k(c, 1);
     return;

@@ -43,10 +43,12 @@ struct BadWords {
 };
 
 namespace detail {
-inline void validate_sequence(const std::vector<TokenId>& s, const std::string& name) {
-  require(!s.empty(), name + ".size()", 0, "must be > 0");
+/// Checks one sequence (non-empty, ids >= 0); `name` builds the parameter name, on failure only.
+template <class Name>
+void validate_sequence(const std::vector<TokenId>& s, Name&& name) {
+  if (s.empty()) throw_invalid_argument(name() + ".size()", 0, "must be > 0");
   for (std::size_t j = 0; j < s.size(); ++j)
-    require(s[j] >= 0, name + "[" + std::to_string(j) + "]", s[j], "must be >= 0");
+    if (s[j] < 0) throw_invalid_argument(name() + "[" + std::to_string(j) + "]", s[j], "must be >= 0");
 }
 
 /// True when the history ends with s's prefix (all but s's last token) and, for n > 1, holds at
@@ -65,17 +67,18 @@ inline bool prefix_just_appeared(std::span<const TokenId> history, const std::ve
 /// Checks the entries; throws std::invalid_argument naming the bad one.
 inline void validate_sequence_bias(const SequenceBias& q) {
   for (std::size_t i = 0; i < q.entries.size(); ++i) {
-    const std::string name = "sequence_bias[" + std::to_string(i) + "]";
-    detail::validate_sequence(q.entries[i].sequence, name + ".sequence");
+    const auto name = [i] { return "sequence_bias[" + std::to_string(i) + "]"; };
+    detail::validate_sequence(q.entries[i].sequence, [&] { return name() + ".sequence"; });
     const float b = q.entries[i].bias;
-    require(!std::isnan(b) && b != std::numeric_limits<float>::infinity(), name + ".bias", b, "must be finite or -inf");
+    if (std::isnan(b) || b == std::numeric_limits<float>::infinity())
+      throw_invalid_argument(name() + ".bias", b, "must be finite or -inf");
   }
 }
 
 /// Checks the bad words; throws std::invalid_argument naming the bad one.
 inline void validate_bad_words(const BadWords& q) {
   for (std::size_t i = 0; i < q.sequences.size(); ++i)
-    detail::validate_sequence(q.sequences[i], "bad_words[" + std::to_string(i) + "]");
+    detail::validate_sequence(q.sequences[i], [i] { return "bad_words[" + std::to_string(i) + "]"; });
 }
 
 /// Applies the sequence biases given the history.
@@ -84,8 +87,8 @@ inline void apply_sequence_bias(Candidates& c, std::span<const TokenId> history,
   const Index vocab = c.vocab_size();
   for (std::size_t i = 0; i < q.entries.size(); ++i)
     for (std::size_t j = 0; j < q.entries[i].sequence.size(); ++j)
-      detail::check_token(q.entries[i].sequence[j], vocab,
-                          "sequence_bias[" + std::to_string(i) + "].sequence[" + std::to_string(j) + "]");
+      if (const TokenId t = q.entries[i].sequence[j]; t >= vocab)  // the name is built on failure only
+        detail::check_token(t, vocab, "sequence_bias[" + std::to_string(i) + "].sequence[" + std::to_string(j) + "]");
   // Sum the matching biases per token first (HF builds a bias row), then add once.
   std::vector<std::pair<TokenId, float>> add;
   for (const SequenceBiasEntry& e : q.entries) {
@@ -113,7 +116,8 @@ inline void apply_bad_words(Candidates& c, std::span<const TokenId> history, con
   const Index vocab = c.vocab_size();
   for (std::size_t i = 0; i < q.sequences.size(); ++i)
     for (std::size_t j = 0; j < q.sequences[i].size(); ++j)
-      detail::check_token(q.sequences[i][j], vocab, "bad_words[" + std::to_string(i) + "][" + std::to_string(j) + "]");
+      if (const TokenId t = q.sequences[i][j]; t >= vocab)  // the name is built on failure only
+        detail::check_token(t, vocab, "bad_words[" + std::to_string(i) + "][" + std::to_string(j) + "]");
   bool changed = false;
   for (const auto& s : q.sequences) {
     if (s.size() == 1 && std::find(q.eos_tokens.begin(), q.eos_tokens.end(), s[0]) != q.eos_tokens.end()) continue;

@@ -135,8 +135,8 @@ inline void apply_top_n_sigma(Candidates& c, float n) {
     return;
   }
   std::vector<TokenId> ids;
-  detail::collect_ids(x, cut, detail::kHighest, ids);
-  if (static_cast<Index>(ids.size()) > std::max<Index>(4096, c.vocab_size() / 16)) {
+  const auto limit = static_cast<std::size_t>(std::max<Index>(4096, c.vocab_size() / 16));
+  if (!detail::collect_ids_up_to(x, cut, detail::kHighest, ids, limit)) {
     detail::filter_below(x, cut, false);  // many survive: stay dense
     c.logits_changed();
     return;

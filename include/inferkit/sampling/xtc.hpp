@@ -57,14 +57,14 @@ inline void apply_xtc(Candidates& c, const Xtc& q, double u) {
   validate_xtc(q);
   if (!(u < double(q.probability))) return;
   const float max = c.summary().max;
-  const detail::CandidateMass m = detail::candidate_mass(c, max, false);
-  if (m.count < 2) return;
+  // The candidate count matters only for min_keep > 1 (two or more above the threshold already
+  // means two or more candidates), so the dense pass counts only then.
+  const detail::CandidateMass m = detail::candidate_mass(c, max, false, q.min_keep > 1);
   const float t = static_cast<float>(double(q.threshold) * m.z);
   std::vector<TokenId> top = t > 0.0f ? detail::ids_with_weight_at_least(c, max, t) : std::vector<TokenId>{};
   if (t <= 0.0f) c.for_each([&](TokenId id) { top.push_back(id); });  // threshold 0: every candidate
   if (top.size() < 2) return;
-  const Index remaining = m.count - static_cast<Index>(top.size()) + 1;
-  if (remaining < q.min_keep) return;
+  if (q.min_keep > 1 && m.count - static_cast<Index>(top.size()) + 1 < q.min_keep) return;
   // The one kept: last in decoding order (lowest logit, then highest id).
   const auto x = c.logits();
   TokenId keep = top.front();

@@ -20,7 +20,7 @@
 
 namespace inferkit::detail {
 
-/// Z, sum w (l - max) (when asked for) and the candidate count of a set.
+/// Z, sum w (l - max) and the candidate count of a set (each when asked for).
 struct CandidateMass {
   double z = 0.0;
   double wl = 0.0;
@@ -30,8 +30,12 @@ struct CandidateMass {
 };
 
 /// One pass over the candidates' logits: weights, their double sum, the count of finite logits
-/// and (when `with_entropy`) sum w (l - max) in double.
-inline CandidateMass candidate_mass(const Candidates& c, float max, bool with_entropy) {
+/// and (when `with_entropy`) sum w (l - max) in double. The dense AVX-512 pass is bound by the
+/// 512-bit ports (the exp is 15 of its ~25 vector operations per 16 tokens), so the entropy
+/// term is compiled in only when asked for.
+template <bool kWithEntropy, bool kWithCount>
+CandidateMass candidate_mass_impl(const Candidates& c, float max) {
+  constexpr bool with_entropy = kWithEntropy;
   CandidateMass m;
   const auto x = c.logits();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -62,12 +66,12 @@ inline CandidateMass candidate_mass(const Candidates& c, float max, bool with_en
       const __m512 d = _mm512_sub_ps(l, vmax);
       const __m512 e = simd::exp_nonpositive(simd::VecF(d));
       const __mmask16 fin = _mm512_cmp_ps_mask(l, vneg, _CMP_NEQ_OQ);
-      count += static_cast<std::uint64_t>(__builtin_popcount(fin));
+      if constexpr (kWithCount) count += static_cast<std::uint64_t>(__builtin_popcount(fin));
       const __m512d elo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
       const __m512d ehi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
       z0 = _mm512_add_pd(z0, elo);
       z1 = _mm512_add_pd(z1, ehi);
-      if (with_entropy) {
+      if constexpr (with_entropy) {
         const __m512d dlo = _mm512_cvtps_pd(_mm512_castps512_ps256(d));
         const __m512d dhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
         h0 = _mm512_mask3_fmadd_pd(elo, dlo, h0, static_cast<__mmask8>(fin));
@@ -91,11 +95,18 @@ inline CandidateMass candidate_mass(const Candidates& c, float max, bool with_en
     for (std::size_t i = 0; i < len; ++i) {
       const bool finite = l[i] > kNegInf;
       m.count += finite;
-      if (with_entropy && finite) acc[i % 4] += double(w[i]) * double(l[i] - max);
+      if (kWithEntropy && finite) acc[i % 4] += double(w[i]) * double(l[i] - max);
     }
     m.wl += (acc[0] + acc[1]) + (acc[2] + acc[3]);
   }
   return m;
+}
+
+/// candidate_mass_impl with the entropy term and the count chosen at run time (`count` is
+/// meaningful only when asked for: the dense AVX-512 pass leaves it out otherwise).
+inline CandidateMass candidate_mass(const Candidates& c, float max, bool with_entropy, bool with_count = true) {
+  if (with_entropy) return with_count ? candidate_mass_impl<true, true>(c, max) : candidate_mass_impl<true, false>(c, max);
+  return with_count ? candidate_mass_impl<false, true>(c, max) : candidate_mass_impl<false, false>(c, max);
 }
 
 }  // namespace inferkit::detail
