@@ -6,15 +6,18 @@
 // when removing them would leave fewer than `min_keep` candidates (llama.cpp's rule).
 //
 // Probabilities are p_i = w_i / Z over the current candidates (weights of candidates.hpp, Z in
-// double), so "p_i >= threshold" is "w_i >= threshold * Z". Among tokens tied with the least
-// probable one, the last in decoding order (the highest id) is the one kept.
+// double), so "p_i >= threshold" is "w_i >= threshold * Z" (threshold * Z rounded to float).
+// Among tokens tied with the least probable one, the last in decoding order (the highest id) is
+// the one kept.
 //
 // The coin: XTC fires when u < probability, with u the 53-bit uniform of words 2-3 of Philox
 // block `draw_index` of the request's CounterRng. The categorical draw of the same index reads
 // words 0-1, so the coin and the draw are independent and (seed, stream, draw_index) fixes both
-// on any thread. Sort-free: one pass for Z, one collection of the few tokens above threshold * Z
-// (at most 1 / threshold of them).
+// on any thread. Sort-free: one collection of the tokens with w >= threshold (a superset, since
+// Z >= 1); unless two of them carry enough mass to pass, the rule stops there; otherwise one pass
+// computes Z and the exact set is taken from the collected ones.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -57,12 +60,31 @@ inline void apply_xtc(Candidates& c, const Xtc& q, double u) {
   validate_xtc(q);
   if (!(u < double(q.probability))) return;
   const float max = c.summary().max;
+  // Only weights >= threshold can reach threshold * Z (Z >= 1: the max's weight is 1), and the
+  // mass of those tokens is a lower bound of Z: when fewer than two pass that bound, the rule
+  // cannot fire and the pass over every weight is skipped (the usual case when no token is
+  // dominant). The bound carries a 1e-9 margin for summation order.
+  std::vector<TokenId> top;
+  if (q.threshold > 0.0f) {
+    top = detail::ids_with_weight_at_least(c, max, q.threshold);
+    if (top.size() < 2) return;
+    std::vector<float> w(top.size());
+    for (std::size_t j = 0; j < top.size(); ++j) w[j] = c.logits()[static_cast<std::size_t>(top[j])];
+    simd::exp_shifted(w.data(), w.data(), w.size(), max);
+    const double bound = double(q.threshold) * simd::sum_as_double(w.data(), w.size()) * (1.0 - 1e-9);
+    if (std::count_if(w.begin(), w.end(), [&](float v) { return double(v) >= bound; }) < 2) return;
+  }
   // The candidate count matters only for min_keep > 1 (two or more above the threshold already
   // means two or more candidates), so the dense pass counts only then.
   const detail::CandidateMass m = detail::candidate_mass(c, max, false, q.min_keep > 1);
   const float t = static_cast<float>(double(q.threshold) * m.z);
-  std::vector<TokenId> top = t > 0.0f ? detail::ids_with_weight_at_least(c, max, t) : std::vector<TokenId>{};
-  if (t <= 0.0f) c.for_each([&](TokenId id) { top.push_back(id); });  // threshold 0: every candidate
+  if (t > 0.0f) {  // t >= threshold: the exact set is within the prefiltered one
+    const auto x = c.logits();
+    detail::keep_ids_with_weight_at_least(top, x, max, t);
+  } else {
+    top.clear();
+    c.for_each([&](TokenId id) { top.push_back(id); });  // threshold 0: every candidate
+  }
   if (top.size() < 2) return;
   if (q.min_keep > 1 && m.count - static_cast<Index>(top.size()) + 1 < q.min_keep) return;
   // The one kept: last in decoding order (lowest logit, then highest id).
