@@ -56,3 +56,12 @@
 #include "inferkit/sampling/sequence_bias.hpp"
 #include "inferkit/sampling/top_n_sigma.hpp"
 #include "inferkit/sampling/xtc.hpp"
+
+#include "inferkit/serving/batch_plan.hpp"
+#include "inferkit/serving/request.hpp"
+#include "inferkit/serving/scheduler.hpp"
+
+#include "inferkit/steering/contrastive_vector.hpp"
+#include "inferkit/steering/position_selection.hpp"
+#include "inferkit/steering/residual_ops.hpp"
+#include "inferkit/steering/steering_plan.hpp"
