@@ -40,7 +40,7 @@ struct ExponentialDecayLengthPenalty {
 
 /// HF's begin_suppress_tokens: banned at the first generated position only.
 struct BeginSuppressTokens {
-  std::vector<TokenId> tokens{};
+  std::vector<TokenId> tokens{};  ///< ids banned when generated == 0
 };
 
 /// Checks min_new_tokens' parameters; throws std::invalid_argument.

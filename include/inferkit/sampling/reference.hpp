@@ -248,11 +248,12 @@ inline void mirostat(std::span<float> x, const Mirostat& q, float mu) {
   keep_only(x, ids);
 }
 
-/// HF's min_new_tokens, exponential decay length penalty and begin-suppress tokens.
+/// HF's min_new_tokens.
 inline void min_new_tokens(std::span<float> x, const MinNewTokens& q, Index generated) {
   if (generated < q.min_new_tokens)
     for (TokenId id : q.eos_tokens) x[static_cast<std::size_t>(id)] = kNegInf;
 }
+/// HF's exponential decay length penalty, one EOS id at a time.
 inline void exponential_decay_length_penalty(std::span<float> x, const ExponentialDecayLengthPenalty& q,
                                              Index generated) {
   if (generated <= q.start_index) return;
@@ -265,12 +266,13 @@ inline void exponential_decay_length_penalty(std::span<float> x, const Exponenti
     v = static_cast<float>(std::clamp(r, -double(std::numeric_limits<float>::max()), double(std::numeric_limits<float>::max())));
   }
 }
+/// HF's begin-suppress tokens.
 inline void begin_suppress_tokens(std::span<float> x, const BeginSuppressTokens& q, Index generated) {
   if (generated == 0)
     for (TokenId id : q.tokens) x[static_cast<std::size_t>(id)] = kNegInf;
 }
 
-/// HF's sequence bias and bad words: for every entry, compare its prefix with the history tail.
+/// HF's sequence bias: for every entry, compare its prefix with the history tail.
 inline void sequence_bias(std::span<float> x, std::span<const TokenId> history, const SequenceBias& q) {
   std::vector<float> bias(x.size(), 0.0f);
   for (const auto& e : q.entries) {
@@ -282,6 +284,7 @@ inline void sequence_bias(std::span<float> x, std::span<const TokenId> history, 
   for (std::size_t i = 0; i < x.size(); ++i)
     if (bias[i] != 0.0f) x[i] = std::min(x[i] + bias[i], std::numeric_limits<float>::max());
 }
+/// HF's bad words as -inf sequence biases (one-token EOS bad words dropped).
 inline void bad_words(std::span<float> x, std::span<const TokenId> history, const BadWords& q) {
   SequenceBias as_bias;
   for (const auto& s : q.sequences)

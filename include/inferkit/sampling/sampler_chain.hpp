@@ -60,29 +60,59 @@
 namespace inferkit {
 
 /// Temperature stage: logits / value (0 = greedy).
-struct Temperature { float value = 1.0f; };
-/// Top-k stage (k <= 0 keeps all).
-struct TopK { Index k = 0; };
-/// Top-p stage (p in [0, 1]; 0 keeps the min_keep most probable).
-struct TopP { float p = 1.0f; Index min_keep = 1; };
+struct Temperature {
+  float value = 1.0f;  ///< T >= 0
+};
+/// Top-k stage.
+struct TopK {
+  Index k = 0;  ///< tokens kept; <= 0 keeps all
+};
+/// Top-p stage.
+struct TopP {
+  float p = 1.0f;      ///< nucleus mass in [0, 1]; 0 keeps the min_keep most probable
+  Index min_keep = 1;  ///< at least this many stay
+};
 /// Min-p stage.
-struct MinP { float p = 0.0f; Index min_keep = 1; };
+struct MinP {
+  float p = 0.0f;      ///< fraction of the largest probability a token needs, in [0, 1]
+  Index min_keep = 1;  ///< at least this many stay
+};
 /// Locally typical stage.
-struct Typical { float mass = 1.0f; Index min_keep = 1; };
-/// Repetition penalty over the last `last_n` history tokens (-1 = all passed, 0 = none).
-struct RepetitionPenalty { float penalty = 1.0f; Index last_n = -1; };
-/// Frequency / presence penalties over the last `last_n` history tokens (-1 = all, 0 = none).
-struct FrequencyPresencePenalty { float frequency = 0.0f; float presence = 0.0f; Index last_n = -1; };
+struct Typical {
+  float mass = 1.0f;   ///< typical mass in (0, 1]
+  Index min_keep = 1;  ///< at least this many stay
+};
+/// Repetition penalty over the last `last_n` history tokens.
+struct RepetitionPenalty {
+  float penalty = 1.0f;  ///< > 0 (1 = off)
+  Index last_n = -1;     ///< history window: -1 = all passed, 0 = none
+};
+/// Frequency / presence penalties over the last `last_n` history tokens.
+struct FrequencyPresencePenalty {
+  float frequency = 0.0f;  ///< subtracted per occurrence
+  float presence = 0.0f;   ///< subtracted once when present
+  Index last_n = -1;       ///< history window: -1 = all passed, 0 = none
+};
 /// No-repeat n-gram stage.
-struct NoRepeatNgram { Index n = 0; };
+struct NoRepeatNgram {
+  Index n = 0;  ///< n-gram size, >= 1
+};
 /// Additive per-token logit bias.
-struct LogitBias { std::vector<TokenBias> biases{}; };
+struct LogitBias {
+  std::vector<TokenBias> biases{};  ///< (token, bias) pairs
+};
 /// Tokens set to -inf.
-struct BannedTokens { std::vector<TokenId> tokens{}; };
+struct BannedTokens {
+  std::vector<TokenId> tokens{};  ///< banned ids
+};
 /// Tokens kept (all others -inf).
-struct AllowedTokens { std::vector<TokenId> tokens{}; };
-/// Top-n-sigma stage (n <= 0 = off; top_n_sigma.hpp).
-struct TopNSigma { float n = -1.0f; };
+struct AllowedTokens {
+  std::vector<TokenId> tokens{};  ///< allowed ids
+};
+/// Top-n-sigma stage (top_n_sigma.hpp).
+struct TopNSigma {
+  float n = -1.0f;  ///< standard deviations below the max; <= 0 = off
+};
 
 /// One stage of a chain. Xtc, Dry, Mirostat, DynamicTemperature, EpsilonCutoff, EtaCutoff and
 /// the sequence rules are defined in their own headers.
@@ -94,38 +124,38 @@ using Processor = std::variant<Temperature, TopK, TopP, MinP, Typical, Repetitio
 /// Parameters of the presets (the common knobs; 1 / 0 values mean "off"). Defaults follow
 /// llama.cpp where it has the knob.
 struct SamplingParams {
-  float temperature = 1.0f;
-  Index top_k = 0;
-  float top_p = 1.0f;            ///< 1 = off; 0 keeps the min_keep most probable (llama.cpp, HF)
-  float min_p = 0.0f;
-  float typical_p = 1.0f;
-  float repetition_penalty = 1.0f;
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
-  Index min_keep = 1;
-  Index penalty_last_n = -1;     ///< history window of the three penalties: -1 = all passed, 0 = none
-  float dynatemp_range = 0.0f;   ///< dynamic temperature's delta (0 = plain temperature)
-  float dynatemp_exponent = 1.0f;
-  float top_n_sigma = -1.0f;     ///< <= 0 = off
-  float xtc_probability = 0.0f;  ///< 0 = off
-  float xtc_threshold = 0.1f;
-  float dry_multiplier = 0.0f;   ///< 0 = off
-  float dry_base = 1.75f;
-  Index dry_allowed_length = 2;
-  Index dry_penalty_last_n = -1;  ///< -1 = all of the history passed, 0 = off
-  std::vector<std::vector<TokenId>> dry_sequence_breakers{};
-  int mirostat = 0;              ///< 0 = off, 1 or 2
-  float mirostat_tau = 5.0f;
-  float mirostat_eta = 0.1f;
-  float epsilon_cutoff = 0.0f;   ///< 0 = off, else in (0, 1)
-  float eta_cutoff = 0.0f;       ///< 0 = off, else in (0, 1)
-  std::vector<TokenId> eos_tokens{};  ///< EOS ids for min_new_tokens and the decay penalty
-  Index min_new_tokens = 0;      ///< 0 = off
-  Index exponential_decay_start = 0;
+  float temperature = 1.0f;       ///< T >= 0 (0 = greedy; 1 = off)
+  Index top_k = 0;                ///< <= 0 = off
+  float top_p = 1.0f;             ///< 1 = off; 0 keeps the min_keep most probable (llama.cpp, HF)
+  float min_p = 0.0f;             ///< 0 = off
+  float typical_p = 1.0f;         ///< 1 = off
+  float repetition_penalty = 1.0f;  ///< 1 = off
+  float frequency_penalty = 0.0f;   ///< 0 = off
+  float presence_penalty = 0.0f;    ///< 0 = off
+  Index min_keep = 1;             ///< floor of top-p, min-p, typical, epsilon, eta and XTC
+  Index penalty_last_n = -1;      ///< history window of the three penalties: -1 = all passed, 0 = none
+  float dynatemp_range = 0.0f;    ///< dynamic temperature's delta (0 = plain temperature)
+  float dynatemp_exponent = 1.0f;  ///< dynamic temperature's exponent
+  float top_n_sigma = -1.0f;      ///< <= 0 = off
+  float xtc_probability = 0.0f;   ///< 0 = off
+  float xtc_threshold = 0.1f;     ///< XTC's probability threshold
+  float dry_multiplier = 0.0f;    ///< 0 = off
+  float dry_base = 1.75f;         ///< DRY's growth base, >= 1
+  Index dry_allowed_length = 2;   ///< DRY's free repeat length
+  Index dry_penalty_last_n = -1;  ///< DRY's window: -1 = all of the history passed, 0 = off
+  std::vector<std::vector<TokenId>> dry_sequence_breakers{};  ///< DRY's breakers (token sequences)
+  int mirostat = 0;               ///< 0 = off, 1 or 2
+  float mirostat_tau = 5.0f;      ///< Mirostat's target surprise (bits)
+  float mirostat_eta = 0.1f;      ///< Mirostat's learning rate
+  float epsilon_cutoff = 0.0f;    ///< 0 = off, else in (0, 1)
+  float eta_cutoff = 0.0f;        ///< 0 = off, else in (0, 1)
+  std::vector<TokenId> eos_tokens{};  ///< EOS ids for min_new_tokens, the decay penalty and bad words
+  Index min_new_tokens = 0;       ///< 0 = off
+  Index exponential_decay_start = 0;      ///< generated tokens before the EOS boost starts
   float exponential_decay_factor = 1.0f;  ///< 1 = off
-  std::vector<std::vector<TokenId>> bad_words{};
-  std::vector<SequenceBiasEntry> sequence_bias{};
-  std::vector<TokenId> begin_suppress_tokens{};
+  std::vector<std::vector<TokenId>> bad_words{};  ///< banned sequences (HF bad_words_ids)
+  std::vector<SequenceBiasEntry> sequence_bias{};  ///< biased sequences (HF sequence_bias)
+  std::vector<TokenId> begin_suppress_tokens{};    ///< banned at the first generated token
 };
 
 /// An ordered list of processors and the final draw. const member functions are thread-safe

@@ -33,7 +33,7 @@ struct SequenceBiasEntry {
 
 /// HF's sequence_bias.
 struct SequenceBias {
-  std::vector<SequenceBiasEntry> entries{};
+  std::vector<SequenceBiasEntry> entries{};  ///< the biased sequences
 };
 
 /// HF's bad_words_ids.
