@@ -9,6 +9,7 @@
 // Issue 20's rules, V = 128256 only (each alone, naive = its sort-based / quadratic reference):
 //   xtc     threshold 0.1, probability 1 (the coin always fires: the full cost)
 //   dry4096 multiplier 0.8, base 1.75, allowed 2 over a 4,096-token history of repeated phrases
+//           ending inside one; dry4096loop the same over a 10-token phrase repeated (a stuck loop)
 //   mirostat1 / mirostat2  truncation for mu = 10 (tau 5)
 //   dynatemp  temperature 0.8, range 0.5;  topnsigma1  n = 1;  epsilon  3e-4;  eta  2e-3
 //   hfseq   64 biased and 64 banned sequences, min_new_tokens, exponential decay, begin-suppress
@@ -159,7 +160,17 @@ std::vector<TokenId> phrase_history(std::size_t vocab, std::size_t length = 4096
     h.insert(h.end(), p.begin(), p.end());
     if (rng() % 3 == 0) h.push_back(static_cast<TokenId>(rng() % vocab));
   }
-  h.resize(length);
+  // End inside a phrase seen before, so the next token would extend a repeat (DRY's case).
+  const auto& last = pool[0];
+  h.insert(h.end(), last.begin(), last.end() - 1);
+  h.erase(h.begin(), h.end() - static_cast<std::ptrdiff_t>(length));
+  return h;
+}
+
+// A generation stuck in a loop: one 10-token phrase over and over (the naive scan is quadratic).
+std::vector<TokenId> loop_history(std::size_t vocab, std::size_t length = 4096) {
+  std::vector<TokenId> h(length);
+  for (std::size_t i = 0; i < length; ++i) h[i] = static_cast<TokenId>((i % 10) * 977 % vocab);
   return h;
 }
 
@@ -174,6 +185,14 @@ void BM_dry_inferkit(benchmark::State& s) {
 }
 void BM_dry_naive(benchmark::State& s) {
   const auto h = phrase_history(static_cast<std::size_t>(s.range(0)));
+  run(s, [&](auto& x, auto) { inferkit::reference::dry(x, h, kDry); });
+}
+void BM_dryloop_inferkit(benchmark::State& s) {
+  const auto h = loop_history(static_cast<std::size_t>(s.range(0)));
+  run(s, [&](auto& x, auto) { inferkit::apply_dry(std::span<float>(x), h, kDry); });
+}
+void BM_dryloop_naive(benchmark::State& s) {
+  const auto h = loop_history(static_cast<std::size_t>(s.range(0)));
   run(s, [&](auto& x, auto) { inferkit::reference::dry(x, h, kDry); });
 }
 void BM_mirostat1_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_mirostat(std::span<float>(x), {.version = 1}, 10.0f); }); }
@@ -282,6 +301,8 @@ INFERKIT_SAMPLING_BENCH_128K(BM_xtc_inferkit, "inferkit", "xtc")
 INFERKIT_SAMPLING_BENCH_128K(BM_xtc_naive, "naive", "xtc")
 INFERKIT_SAMPLING_BENCH_128K(BM_dry_inferkit, "inferkit", "dry4096")
 INFERKIT_SAMPLING_BENCH_128K(BM_dry_naive, "naive", "dry4096")
+INFERKIT_SAMPLING_BENCH_128K(BM_dryloop_inferkit, "inferkit", "dry4096loop")
+INFERKIT_SAMPLING_BENCH_128K(BM_dryloop_naive, "naive", "dry4096loop")
 INFERKIT_SAMPLING_BENCH_128K(BM_mirostat1_inferkit, "inferkit", "mirostat1")
 INFERKIT_SAMPLING_BENCH_128K(BM_mirostat1_naive, "naive", "mirostat1")
 INFERKIT_SAMPLING_BENCH_128K(BM_mirostat2_inferkit, "inferkit", "mirostat2")
