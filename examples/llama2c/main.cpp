@@ -13,6 +13,9 @@
 //       [--steer-scale S] [--steer-ablate] [--steer-unit] [--steer-preserve-norm]
 //       [--steer-reduce mean|last] [--steer-positions all|prompt|generated|A:B]
 //       [--steer-tokens "ids" (eval)] [--tokenizer T (text prompt files)]; see steering.hpp
+//   generate also takes the decoding-rule flags of sampling_flags.hpp: --sampler-order,
+//       --xtc-threshold/-probability, --dry-*, --mirostat 1|2 --mirostat-tau/-eta,
+//       --dynatemp-range/-exp, --top-n-sigma, --epsilon-cutoff, --eta-cutoff, --min-new-tokens, ...
 //   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
 // Generation starts from BOS = 1 like llama2.c; tokens per second go to stderr.
@@ -32,6 +35,7 @@
 
 #include "quant_weights.hpp"
 #include "runner.hpp"
+#include "sampling_flags.hpp"
 #include "steering.hpp"
 #include "tokenizer.hpp"
 
@@ -179,10 +183,10 @@ std::optional<llama2c::SteeringSpec> steering_spec(const Args& a, const llama2c:
 
 int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+               with(with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
                 "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer"},
-               llama2c::kSteeringValueFlags), kQuantValueFlags),
+               llama2c::kSteeringValueFlags), kQuantValueFlags), llama2c::kSamplingValueFlags),
                with(with({"--print-ids"}, llama2c::kSteeringSwitches), kQuantSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
   auto model = llama2c::Model::load(a.str("--model"));
@@ -197,6 +201,7 @@ int cmd_generate(int argc, char** argv) {
   s.params.repetition_penalty = a.real("--repeat-penalty", 1.0f);
   s.repeat_last_n = a.integer("--repeat-last-n", 64);
   s.seed = static_cast<std::uint64_t>(a.integer("--seed", 42));
+  llama2c::apply_sampling_flags(a, s);
   llama2c::make_chain(s);  // validates the sampling parameters before any work
   std::optional<llama2c::Tokenizer> tok;
   if (a.has("--tokenizer")) tok = llama2c::Tokenizer::load(a.str("--tokenizer"), model.config().vocab_size);

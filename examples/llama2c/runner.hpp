@@ -21,6 +21,7 @@ struct SamplingConfig {
   Index repeat_last_n = 64;         // history the repetition penalty sees
   std::uint64_t seed = 42;
   bool naive = false;  // baseline runs: sort-based sampling and reference attention
+  bool llama_cpp_order = false;  // llama.cpp's preset instead of inferkit's (= Hugging Face's) order
 };
 
 /// The sort-based reference of the default chain (the naive baseline of the benchmarks).
@@ -35,8 +36,12 @@ inline TokenId naive_sample(std::span<float> logits, std::span<const TokenId> hi
   return inferkit::reference::draw(logits, rng.uniform_double(draw));
 }
 
+/// The chain: the penalties see the last repeat_last_n tokens, DRY and the sequence rules the
+/// whole sequence passed to sample().
 inline inferkit::SamplerChain make_chain(const SamplingConfig& s) {
-  return inferkit::SamplerChain::inferkit_default(s.params);
+  inferkit::SamplingParams p = s.params;
+  p.penalty_last_n = std::max<Index>(s.repeat_last_n, 0);
+  return s.llama_cpp_order ? inferkit::SamplerChain::llama_cpp(p) : inferkit::SamplerChain::inferkit_default(p);
 }
 
 /// The last `n` tokens of a history (the window the penalties see).
@@ -64,12 +69,14 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
   std::vector<float> logits(seq.size() * static_cast<std::size_t>(m.config().vocab_size));
   forward(m, cache, seq.data(), static_cast<Index>(seq.size()), 0, logits.data(), -1, nullptr, hook);
   const auto chain = make_chain(s);
+  auto state = chain.make_state();  // Mirostat's mu, the generated-token count
   const inferkit::CounterRng rng(s.seed);
   std::vector<TokenId> out;
   std::span<float> last(logits.data() + (seq.size() - 1) * m.config().vocab_size, static_cast<std::size_t>(m.config().vocab_size));
   for (Index i = 0; i < steps; ++i) {
     const TokenId next = s.naive ? naive_sample(last, last_n(seq, s.repeat_last_n), s, rng, seq.size())
-                                 : chain.sample(last, last_n(seq, s.repeat_last_n), rng, seq.size());
+                                 : chain.sample(last, seq, state, rng, seq.size());
+    chain.accept(state, next);
     out.push_back(next);
     if (i + 1 == steps) break;
     seq.push_back(next);
@@ -103,6 +110,9 @@ inline std::vector<TokenId> generate_speculative(const Model& target, const Mode
     forward(dm, dcache, seq.data(), static_cast<Index>(seq.size() - 1), 0, scratch.data(), dl);
   }
   const auto chain = make_chain(s);
+  if (chain.stateful())  // the draft and target distributions would need per-branch states
+    throw std::invalid_argument("llama2c: speculative decoding takes stateless sampling rules only (no --mirostat, "
+                                "--min-new-tokens, --exp-decay or --begin-suppress)");
   const inferkit::CounterRng draft_rng(s.seed, 1), verify_rng(s.seed, 2);
   std::vector<TokenId> out;
   GenerateStats st;
@@ -283,8 +293,10 @@ inline std::vector<std::vector<TokenId>> serve_prompts(const Model& m, const std
     if (reuse) trie.insert(id, seq, cache.table().blocks());
     trie.release(match.handle);
     std::vector<TokenId> out;
+    auto state = chain.make_state();
     for (Index i = 0; i < steps; ++i) {
-      const TokenId next = chain.sample(logits, last_n(seq, s.repeat_last_n), rng, seq.size());
+      const TokenId next = chain.sample(logits, seq, state, rng, seq.size());
+      chain.accept(state, next);
       out.push_back(next);
       if (i + 1 == steps) break;
       seq.push_back(next);

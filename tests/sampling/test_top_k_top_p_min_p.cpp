@@ -77,7 +77,7 @@ TEST_CASE("top-p is inclusive exactly at the threshold and honours min_keep", "[
   CHECK(x[0] == -2 * l2);
   CHECK(x[3] == -INFINITY);
   CHECK(x[1] == 0.0f);
-  CHECK_THROWS_WITH(inferkit::apply_top_p(x, 0.0f), Contains("top_p = 0"));
+  CHECK_THROWS_WITH(inferkit::apply_top_p(x, -0.1f), Contains("top_p = -0.1"));  // 0 is accepted (issue 20)
   CHECK_THROWS_WITH(inferkit::apply_top_p(x, 1.5f), Contains("top_p = 1.5"));
   CHECK_THROWS_WITH(inferkit::apply_top_p(x, 0.5f, 0), Contains("min_keep = 0"));
 }

@@ -38,9 +38,10 @@ inline std::size_t walk_to(const float* w, std::size_t n, double cum, double tar
 }  // namespace detail
 
 /// Draws a token from the candidates. If `distribution` is non-empty (vocabulary size), it
-/// receives the normalized probabilities the draw used (zeros outside the set).
+/// receives the normalized probabilities the draw used (zeros outside the set); if
+/// `drawn_probability` is given, it receives the drawn token's probability w / Z (double).
 inline TokenId sample_categorical(Candidates& c, const CounterRng& rng, std::uint64_t draw_index,
-                                  std::span<float> distribution = {}) {
+                                  std::span<float> distribution = {}, double* drawn_probability = nullptr) {
   if (!distribution.empty())
     require(static_cast<Index>(distribution.size()) == c.vocab_size(), "distribution.size()", distribution.size(),
             "must equal the vocabulary size (" + std::to_string(c.vocab_size()) + ") or be empty");
@@ -74,13 +75,16 @@ inline TokenId sample_categorical(Candidates& c, const CounterRng& rng, std::uin
     }
     if (!distribution.empty())
       for (std::size_t i = 0; i < n; ++i) distribution[i] = static_cast<float>(double(w[i]) / z);
+    if (drawn_probability) *drawn_probability = double(w[static_cast<std::size_t>(token)]) / z;
   } else {
     const auto& ids = c.ids();
     std::vector<float> g(ids.size()), w(ids.size());
     for (std::size_t j = 0; j < ids.size(); ++j) g[j] = x[static_cast<std::size_t>(ids[j])];
     simd::exp_shifted(g.data(), w.data(), g.size(), max);
     const double z = simd::sum_as_double(w.data(), w.size());
-    token = ids[detail::walk_to(w.data(), w.size(), 0.0, u * z)];
+    const std::size_t j = detail::walk_to(w.data(), w.size(), 0.0, u * z);
+    token = ids[j];
+    if (drawn_probability) *drawn_probability = double(w[j]) / z;
     if (!distribution.empty()) {
       std::fill(distribution.begin(), distribution.end(), 0.0f);
       for (std::size_t j = 0; j < ids.size(); ++j)

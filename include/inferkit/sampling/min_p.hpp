@@ -20,6 +20,7 @@
 
 namespace inferkit {
 
+/// Checks min-p's parameters (min_p in [0, 1], min_keep >= 1); throws std::invalid_argument.
 inline void validate_min_p(float min_p, Index min_keep) {
   require(std::isfinite(min_p) && min_p >= 0.0f && min_p <= 1.0f, "min_p", min_p, "must be in [0, 1]");
   require(min_keep >= 1, "min_keep", min_keep, "must be >= 1");
@@ -36,52 +37,99 @@ inline simd::MaskF min_p_passes(simd::VecF v, simd::VecF cut, simd::VecF sure, s
   return simd::both(maybe, simd::exp(v - max) >= min_p);
 }
 
-}  // namespace detail
-
-inline void apply_min_p(Candidates& c, float min_p, Index min_keep = 1) {
-  validate_min_p(min_p, min_keep);
-  if (min_p == 0.0f) return;
-  const float max = c.summary().max;
-  const auto x = c.logits();
-  // Below `cut` a logit cannot pass, above `sure` it must: the margin covers float rounding of
-  // l - max, of log(min_p) and of exp.
+// Below `cut` a logit's weight cannot reach t, at or above `sure` it must: the margin covers
+// float rounding of l - max, of log(t) and of exp.
+struct WeightCut {
+  float cut, sure;
+};
+inline WeightCut weight_cut(float max, float t) {
   const float margin = 1e-4f + 1e-6f * std::abs(max);
-  const float cut = max + std::log(min_p) - margin, sure = max + std::log(min_p) + margin;
+  const float lt = std::log(t);
+  return {max + lt - margin, max + lt + margin};
+}
+
+/// Keeps, in place and in order, the ids whose weight simd::exp(l - max) is at least t: the exact
+/// test, with the weights of the gathered logits computed in one SIMD pass.
+inline void keep_ids_with_weight_at_least(std::vector<TokenId>& ids, std::span<const float> x, float max, float t) {
+  std::vector<float> w(ids.size());
+  for (std::size_t j = 0; j < ids.size(); ++j) w[j] = x[static_cast<std::size_t>(ids[j])];
+  simd::exp_shifted(w.data(), w.data(), w.size(), max);
+  std::size_t k = 0;
+  for (std::size_t j = 0; j < ids.size(); ++j)
+    if (w[j] >= t) ids[k++] = ids[j];
+  ids.resize(k);
+}
+
+/// The candidates whose weight w_i = simd::exp(l_i - max) is at least t > 0, ascending.
+inline std::vector<TokenId> ids_with_weight_at_least(const Candidates& c, float max, float t) {
+  std::vector<TokenId> ids;
+  if (!(t <= 1.0f)) return ids;  // no weight exceeds 1 (the max's)
+  const auto x = c.logits();
+  const WeightCut wc = weight_cut(max, t);
+  if (c.dense()) {
+    collect_ids(x, wc.cut, kHighest, ids);
+  } else {
+    for (TokenId id : c.ids())
+      if (x[static_cast<std::size_t>(id)] >= wc.cut) ids.push_back(id);
+  }
+  keep_ids_with_weight_at_least(ids, x, max, t);
+  return ids;
+}
+
+/// Keeps the candidates whose weight w_i = simd::exp(l_i - max) is at least t (inclusive, the
+/// weight function of candidates.hpp) when at least `at_least` (>= 1) of them pass, and returns
+/// true; otherwise leaves the candidates unchanged and returns false. t <= 0 keeps everything.
+/// Over a dense row one SIMD pass collects the tokens that may pass: logits clearly above or
+/// below max + log(t) (beyond a rounding margin) are decided by one compare, only those in the
+/// thin band between get the exact weight. Many survivors (more than V/16): a second pass writes
+/// -inf in place; few: they become a list.
+inline bool keep_weight_at_least(Candidates& c, float max, float t, Index at_least) {
+  if (!(t > 0.0f)) return true;
+  if (!(t <= 1.0f)) return false;  // nothing passes: the max's weight is 1
+  const auto x = c.logits();
+  const WeightCut wc = weight_cut(max, t);
   std::vector<TokenId> ids;
   if (c.dense()) {
-    detail::collect_ids(x, cut, detail::kHighest, ids);
-    if (min_keep == 1 && static_cast<Index>(ids.size()) > std::max<Index>(4096, c.vocab_size() / 16)) {
+    // Past the limit a list would hold most of the row: with at_least 1 filter in place instead
+    // (and stop collecting there); otherwise the list is needed whatever its size.
+    const auto limit = static_cast<std::size_t>(std::max<Index>(4096, c.vocab_size() / 16));
+    const bool few = collect_ids_up_to(x, wc.cut, kHighest, ids, at_least == 1 ? limit : x.size());
+    if (!few) {
       // Many may pass: filter in place, the row stays dense (no list to sort and materialize);
-      // the max always passes, so min_keep 1 holds without a count.
+      // the max always passes (t <= 1), so one survivor is certain without a count.
       using simd::VecF;
       constexpr std::size_t W = simd::kWidth;
-      const VecF vcut = simd::broadcast(cut), vsure = simd::broadcast(sure), vmax = simd::broadcast(max),
-                 vp = simd::broadcast(min_p), neg_inf = simd::broadcast(-std::numeric_limits<float>::infinity());
+      const VecF vcut = simd::broadcast(wc.cut), vsure = simd::broadcast(wc.sure), vmax = simd::broadcast(max),
+                 vt = simd::broadcast(t), neg_inf = simd::broadcast(-std::numeric_limits<float>::infinity());
       const std::size_t n = x.size(), full = n - n % W;
       for (std::size_t i = 0; i < full; i += W) {
         const VecF v = simd::load(x.data() + i);
-        simd::store(x.data() + i, simd::select(detail::min_p_passes(v, vcut, vsure, vmax, vp), v, neg_inf));
+        simd::store(x.data() + i, simd::select(min_p_passes(v, vcut, vsure, vmax, vt), v, neg_inf));
       }
       for (std::size_t i = full; i < n; ++i)
-        if (!(x[i] >= cut && exp_weight(x[i], max) >= min_p)) x[i] = -std::numeric_limits<float>::infinity();
+        if (!(x[i] >= wc.cut && exp_weight(x[i], max) >= t)) x[i] = -std::numeric_limits<float>::infinity();
       c.logits_changed();
-      return;
+      return true;
     }
   } else {
     ids = c.ids();
   }
-  // The exact test on the few that may pass: weights in one SIMD pass over the gathered logits.
-  std::vector<float> w(ids.size());
-  for (std::size_t j = 0; j < ids.size(); ++j) w[j] = x[static_cast<std::size_t>(ids[j])];
-  simd::exp_shifted(w.data(), w.data(), w.size(), max);
-  std::vector<TokenId> kept;
-  for (std::size_t j = 0; j < ids.size(); ++j)
-    if (w[j] >= min_p) kept.push_back(ids[j]);
-  if (static_cast<Index>(kept.size()) < min_keep) {  // the kept set is a prefix of the ranking
-    apply_top_k(c, min_keep);
-    return;
-  }
-  c.restrict_to(std::move(kept));
+  keep_ids_with_weight_at_least(ids, x, max, t);
+  if (static_cast<Index>(ids.size()) < at_least) return false;
+  c.restrict_to(std::move(ids));
+  return true;
+}
+
+}  // namespace detail
+
+/// Min-p on the candidates: keeps tokens with w_i >= min_p (probability at least min_p times
+/// the largest), at least min_keep (the top of the ranking when fewer pass). Throws
+/// std::invalid_argument for min_p outside [0, 1] or min_keep < 1.
+inline void apply_min_p(Candidates& c, float min_p, Index min_keep = 1) {
+  validate_min_p(min_p, min_keep);
+  if (min_p == 0.0f) return;
+  // Too few pass: the kept set is a prefix of the ranking, so top-min_keep contains it.
+  if (!detail::keep_weight_at_least(c, c.summary().max, min_p, min_keep)) apply_top_k(c, min_keep);
 }
 
 /// In place on one row; filtered tokens become -inf.

@@ -1,7 +1,9 @@
 #pragma once
 // Top-p (nucleus, Holtzman et al. 2020), inclusive: in decoding order (logit descending, id
 // ascending) keep the shortest prefix whose cumulative weight reaches p * Z, and at least
-// min_keep tokens; p >= 1 keeps everything. Weights and Z as in candidates.hpp (double sums).
+// min_keep tokens; p >= 1 keeps everything. p == 0 keeps the min_keep most probable tokens, as
+// llama.cpp and Hugging Face do (an empty prefix already "reaches" 0, and min_keep tops it up).
+// Weights and Z as in candidates.hpp (double sums).
 //
 // A short candidate list is ranked directly. A dense row is never sorted: the nucleus ends at
 // one boundary token. A strided sample of 1,024 logits gives pivots t_hi >= t_lo around the
@@ -29,8 +31,10 @@
 
 namespace inferkit {
 
+/// Checks top-p's parameters: p in [0, 1] (0 keeps the min_keep most probable tokens) and
+/// min_keep >= 1; throws std::invalid_argument naming the parameter otherwise.
 inline void validate_top_p(float p, Index min_keep) {
-  require(std::isfinite(p) && p > 0.0f && p <= 1.0f, "top_p", p, "must be in (0, 1]");
+  require(std::isfinite(p) && p >= 0.0f && p <= 1.0f, "top_p", p, "must be in [0, 1] (0 keeps the min_keep most probable)");
   require(min_keep >= 1, "min_keep", min_keep, "must be >= 1");
 }
 
@@ -395,6 +399,10 @@ inline NucleusEnd nucleus_dense(std::span<const float> x, float max, float p) {
 inline void apply_top_p(Candidates& c, float p, Index min_keep = 1) {
   validate_top_p(p, min_keep);
   if (p >= 1.0f) return;
+  if (p == 0.0f) {  // llama.cpp and HF: the nucleus of mass 0 is empty, min_keep tops it up
+    apply_top_k(c, min_keep);
+    return;
+  }
   const float max = c.summary().max;
   const auto x = c.logits();
   if (!c.dense()) {

@@ -1,0 +1,127 @@
+#pragma once
+// Epsilon and eta sampling (Hewitt, Manning and Liang 2022, "Truncation Sampling as Language
+// Model Desmoothing"), as Hugging Face's EpsilonLogitsWarper and EtaLogitsWarper define them:
+//   epsilon: keep tokens with p_i >= epsilon;
+//   eta:     keep tokens with p_i >= min(epsilon, sqrt(epsilon) * exp(-H)), H the entropy (nats)
+//            of p over the current candidates;
+// with p_i = w_i / Z over the current candidates. min_keep follows Hugging Face: a token also
+// stays when its logit is at least the min_keep-th largest logit, so ties at that logit all stay
+// (inferkit's top-p and min-p keep exactly min_keep instead). epsilon must be in (0, 1) as in
+// Hugging Face; the presets treat 0 as "off".
+//
+// Sort-free: one pass gives Z (and the entropy term), then the tokens with w_i >= threshold * Z
+// are kept by min-p's machinery (one compare per logit outside a rounding band, the exact weight
+// inside it).
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/detail/collect.hpp"
+#include "inferkit/sampling/detail/mass.hpp"
+#include "inferkit/sampling/min_p.hpp"
+#include "inferkit/sampling/top_k.hpp"
+#include "inferkit/sampling/top_p.hpp"
+
+namespace inferkit {
+
+/// Epsilon sampling's parameters (HF: epsilon_cutoff).
+struct EpsilonCutoff {
+  float epsilon = 3e-4f;  ///< probability floor, in (0, 1)
+  Index min_keep = 1;     ///< tokens at or above the min_keep-th largest logit always stay
+};
+
+/// Eta sampling's parameters (HF: eta_cutoff).
+struct EtaCutoff {
+  float epsilon = 2e-3f;  ///< in (0, 1): the floor is min(epsilon, sqrt(epsilon) * exp(-H))
+  Index min_keep = 1;     ///< tokens at or above the min_keep-th largest logit always stay
+};
+
+/// Checks an epsilon or eta cutoff (`name` is the parameter reported); throws
+/// std::invalid_argument.
+inline void validate_cutoff(float epsilon, Index min_keep, const char* name) {
+  require(std::isfinite(epsilon) && epsilon > 0.0f && epsilon < 1.0f, name, epsilon, "must be in (0, 1)");
+  require(min_keep >= 1, "min_keep", min_keep, "must be >= 1");
+}
+
+namespace detail {
+
+/// Keeps every candidate whose logit is at least the k-th largest (ties at it included).
+inline void keep_top_k_with_ties(Candidates& c, Index k) {
+  const auto x = c.logits();
+  std::vector<TokenId> top;
+  if (c.dense()) {
+    if (k >= c.vocab_size()) return;
+    top = select_top_k_dense(x, k);
+  } else {
+    if (static_cast<Index>(c.ids().size()) <= k) return;
+    top = c.ids();
+    keep_first_k(top, x, k);
+  }
+  float kth = std::numeric_limits<float>::infinity();
+  for (TokenId id : top) kth = std::min(kth, x[static_cast<std::size_t>(id)]);
+  std::vector<TokenId> ids;
+  if (c.dense()) {
+    const auto limit = static_cast<std::size_t>(std::max<Index>(4096, c.vocab_size() / 16));
+    if (!collect_ids_up_to(x, kth, kHighest, ids, limit)) {  // huge ties: stay dense
+      filter_below(x, kth, false);
+      c.logits_changed();
+      return;
+    }
+  } else {
+    for (TokenId id : c.ids())
+      if (x[static_cast<std::size_t>(id)] >= kth) ids.push_back(id);
+  }
+  c.restrict_to(std::move(ids));
+}
+
+/// Keeps the tokens with p >= floor_p (w >= floor_p * Z), or HF's min_keep set when that is
+/// larger (both are upper sets in logit order, so their union is the larger of the two).
+inline void keep_probability_at_least(Candidates& c, float max, const CandidateMass& m, double floor_p,
+                                      Index min_keep) {
+  const float t = static_cast<float>(floor_p * m.z);
+  if (!keep_weight_at_least(c, max, t, min_keep)) keep_top_k_with_ties(c, min_keep);
+}
+
+}  // namespace detail
+
+/// The eta rule's probability floor for entropy H (nats): min(epsilon, sqrt(epsilon) e^-H).
+inline double eta_floor(float epsilon, double entropy) {
+  return std::min(double(epsilon), std::sqrt(double(epsilon)) * std::exp(-entropy));
+}
+
+/// Epsilon sampling on the candidates.
+inline void apply_epsilon_cutoff(Candidates& c, const EpsilonCutoff& q) {
+  validate_cutoff(q.epsilon, q.min_keep, "epsilon_cutoff");
+  const float max = c.summary().max;
+  const detail::CandidateMass m = detail::candidate_mass(c, max, false, false);
+  detail::keep_probability_at_least(c, max, m, double(q.epsilon), q.min_keep);
+}
+
+/// Eta sampling on the candidates.
+inline void apply_eta_cutoff(Candidates& c, const EtaCutoff& q) {
+  validate_cutoff(q.epsilon, q.min_keep, "eta_cutoff");
+  const float max = c.summary().max;
+  const detail::CandidateMass m = detail::candidate_mass(c, max, true, false);
+  detail::keep_probability_at_least(c, max, m, eta_floor(q.epsilon, m.entropy()), q.min_keep);
+}
+
+/// In place on one row; filtered tokens become -inf.
+inline void apply_epsilon_cutoff(std::span<float> logits, const EpsilonCutoff& q) {
+  Candidates c(logits);
+  apply_epsilon_cutoff(c, q);
+  c.materialize();
+}
+
+/// In place on one row; filtered tokens become -inf.
+inline void apply_eta_cutoff(std::span<float> logits, const EtaCutoff& q) {
+  Candidates c(logits);
+  apply_eta_cutoff(c, q);
+  c.materialize();
+}
+
+}  // namespace inferkit

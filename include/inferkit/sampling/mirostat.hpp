@@ -1,0 +1,117 @@
+#pragma once
+// Mirostat (Basu, Ramakrishnan, Kumar, Varshney 2021, "Mirostat: a neural text decoding
+// algorithm that directly controls perplexity"), versions 1 and 2 as llama.cpp implements them.
+// A feedback loop keeps the surprise of the sampled tokens near a target tau (bits): the state
+// mu starts at 2 tau; each step truncates the candidates by mu, a token is drawn from the
+// renormalized rest, and then
+//   mu <- mu - eta * (S - tau),   S = -log2 p(token) under the distribution it was drawn from.
+// Truncation (this header; the update happens in SamplerChain::accept, see sampler_state.hpp):
+//   v2: keep the candidates with surprise -log2 p_i <= mu, i.e. w_i >= Z 2^-mu; none: keep the
+//       most probable (lowest id among ties).
+//   v1: estimate the Zipf exponent s from the m most probable candidates by least squares
+//       (Algorithm 1 of the paper): with them sorted descending, t_i = ln((i+2)/(i+1)) and
+//       b_i = ln(p_i / p_{i+1}) = l_i - l_{i+1} for i < min(m, count) - 1,
+//         s = sum t_i b_i / sum t_i^2,  eps = s - 1,
+//         k = (eps 2^mu / (1 - N^-eps))^(1/s)   (N = vocabulary size; eps -> 0 gives 2^mu / ln N),
+//       then keep the top max(1, floor(k)) candidates (all when k is not finite or exceeds them).
+// Probabilities are over the current candidates (llama.cpp applies temperature first and no other
+// truncation). v1 ranks only the m best (a top-m selection), v2 is sort-free (min-p's machinery).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/detail/mass.hpp"
+#include "inferkit/sampling/min_p.hpp"
+#include "inferkit/sampling/top_k.hpp"
+
+namespace inferkit {
+
+/// Mirostat's parameters (llama.cpp's defaults: tau 5, eta 0.1, m 100).
+struct Mirostat {
+  int version = 2;     ///< 1 or 2
+  float tau = 5.0f;    ///< target surprise in bits, > 0
+  float eta = 0.1f;    ///< learning rate, > 0
+  Index m = 100;       ///< v1: candidates used to estimate the Zipf exponent, >= 2
+};
+
+/// Checks Mirostat's parameters; throws std::invalid_argument naming the bad one.
+inline void validate_mirostat(const Mirostat& q) {
+  require(q.version == 1 || q.version == 2, "mirostat", q.version, "must be 1 or 2 (0 = off in the presets)");
+  require(std::isfinite(q.tau) && q.tau > 0.0f, "mirostat_tau", q.tau, "must be finite and > 0");
+  require(std::isfinite(q.eta) && q.eta > 0.0f, "mirostat_eta", q.eta, "must be finite and > 0");
+  require(q.m >= 2, "mirostat_m", q.m, "must be >= 2");
+}
+
+/// mu at the start of a request: 2 tau (paper and llama.cpp).
+inline float mirostat_initial_mu(const Mirostat& q) { return 2.0f * q.tau; }
+
+/// mu after drawing a token whose surprise under the draw's distribution was `surprise_bits`.
+inline float mirostat_update(const Mirostat& q, float mu, double surprise_bits) {
+  return mu - q.eta * (static_cast<float>(surprise_bits) - q.tau);
+}
+
+/// Mirostat v1's k for Zipf exponent s, mu and vocabulary size N (double; may be inf or NaN).
+inline double mirostat_v1_k(double s, float mu, Index vocab) {
+  const double eps = s - 1.0;
+  const double two_mu = std::exp2(double(mu));
+  const double ratio = std::abs(eps) < 1e-12 ? two_mu / std::log(double(vocab))
+                                             : eps * two_mu / (1.0 - std::pow(double(vocab), -eps));
+  return std::pow(ratio, 1.0 / s);
+}
+
+/// Applies Mirostat's truncation for state mu to the candidates (the draw follows).
+inline void apply_mirostat(Candidates& c, const Mirostat& q, float mu) {
+  validate_mirostat(q);
+  require(std::isfinite(mu), "mirostat_mu", mu, "must be finite");
+  const float max = c.summary().max;
+  const auto x = c.logits();
+  if (q.version == 2) {
+    const detail::CandidateMass m = detail::candidate_mass(c, max, false, false);
+    const float t = static_cast<float>(m.z * std::exp2(-double(mu)));
+    if (!detail::keep_weight_at_least(c, max, t, 1)) apply_top_k(c, 1);
+    return;
+  }
+  // v1: the m best, ranked.
+  std::vector<TokenId> top;
+  if (c.dense()) {
+    top = detail::select_top_k_dense(x, q.m);
+  } else {
+    top = c.ids();
+    detail::keep_first_k(top, x, q.m);
+  }
+  std::sort(top.begin(), top.end(), DecodingOrder{x});
+  if (top.size() <= 1) return;
+  double sum_tb = 0.0, sum_tt = 0.0;
+  for (std::size_t i = 0; i + 1 < top.size(); ++i) {
+    const double t = std::log(double(i + 2) / double(i + 1));
+    const double b = double(x[static_cast<std::size_t>(top[i])]) - double(x[static_cast<std::size_t>(top[i + 1])]);
+    sum_tb += t * b;
+    sum_tt += t * t;
+  }
+  const double k = mirostat_v1_k(sum_tb / sum_tt, mu, c.vocab_size());
+  if (!(k >= 1.0)) {  // NaN or below 1: the most probable alone
+    c.restrict_to({top.front()});
+    return;
+  }
+  if (!(k < double(top.size()))) {  // more than the m ranked: a top-k selection (k may be inf)
+    apply_top_k(c, k < double(c.vocab_size()) ? static_cast<Index>(k) : c.vocab_size());
+    return;
+  }
+  top.resize(static_cast<std::size_t>(k));
+  c.restrict_to(std::move(top));
+}
+
+/// In place on one row (the truncation only); filtered tokens become -inf.
+inline void apply_mirostat(std::span<float> logits, const Mirostat& q, float mu) {
+  Candidates c(logits);
+  apply_mirostat(c, q, mu);
+  c.materialize();
+}
+
+}  // namespace inferkit
