@@ -43,7 +43,7 @@ inline Index decode_split_tokens(Index num_tokens, Index num_kv_heads, Index req
 template <KvSource S>
 struct SequenceTask {
   SequenceProblem problem;
-  S kv;
+  const S* kv = nullptr;  // outlives the call
 };
 
 struct WorkUnit {
@@ -71,7 +71,7 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
     const Index tq = p.num_queries();
     if (tq == 0) continue;
     if (tq <= kDecodeMaxQueries) {
-      const Index tk = tasks[i].kv.num_tokens();
+      const Index tk = tasks[i].kv->num_tokens();
       const Index per = decode_split_tokens(tk, num_kv_heads, kv_split_tokens);
       DecodeLayout lay{i, std::max<Index>(1, ceil_div(tk, per)), tq * p.group, decode_padded_rows(tq * p.group),
                        decode_padded_dim(p.head_dim()), partial_rows};
@@ -113,12 +113,12 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
       const WorkUnit& w = units[static_cast<std::size_t>(u)];
       const SequenceTask<S>& task = tasks[w.task];
       if (w.split < 0) {
-        prefill_unit(task.problem, task.kv, w.kv_head, w.begin, w.end, pre);
+        prefill_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre);
       } else {
         const auto k = static_cast<std::size_t>(decode_index[w.task]);
         const DecodeLayout& lay = decodes[k];
         const std::size_t slot = static_cast<std::size_t>(w.kv_head * lay.splits + w.split);
-        decode_partial(task.problem, task.kv, w.kv_head, w.begin, w.end, dec,
+        decode_partial(task.problem, *task.kv, w.kv_head, w.begin, w.end, dec,
                        part_o.data() + o_offset[k] + slot * lay.padded_rows * lay.padded_dim,
                        part_m.data() + lay.offset + slot * lay.padded_rows,
                        part_l.data() + lay.offset + slot * lay.padded_rows);
@@ -156,35 +156,6 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
   }
 }
 
-inline void validate_query_output(const Tensor3View<const float>& q, const Tensor3View<float>& out,
-                                  const MatrixView<float>& lse, Index head_dim) {
-  require(q.dim2() == head_dim, "q.dim2()", q.dim2(), "must equal the KV head_dim (" + std::to_string(head_dim) + ")");
-  require(out.dim0() == q.dim0(), "out.dim0()", out.dim0(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-  require(out.dim1() == q.dim1(), "out.dim1()", out.dim1(), "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
-  require(out.dim2() == q.dim2(), "out.dim2()", out.dim2(), "must equal q.dim2() (" + std::to_string(q.dim2()) + ")");
-  if (lse.rows() > 0 || lse.cols() > 0) {
-    require(lse.rows() == q.dim0(), "lse.rows()", lse.rows(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-    require(lse.cols() == q.dim1(), "lse.cols()", lse.cols(), "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
-  }
-}
-
-/// ALiBi slopes per query head: the caller's, the standard ones, or none.
-inline std::vector<float> resolve_slopes(const AttentionOptions& opt, Index num_q_heads) {
-  if (!opt.alibi_slopes.empty()) return {opt.alibi_slopes.begin(), opt.alibi_slopes.end()};
-  if (opt.alibi) return alibi_slopes(num_q_heads);
-  return {};
-}
-
-inline void validate_query_positions(const AttentionOptions& opt, Index num_queries) {
-  if (!opt.query_positions.empty())
-    require(static_cast<Index>(opt.query_positions.size()) == num_queries, "query_positions.size()",
-            opt.query_positions.size(), "must equal q.dim0() (" + std::to_string(num_queries) + ")");
-}
-
-inline float resolve_scale(const AttentionOptions& opt, Index head_dim) {
-  return opt.scale ? *opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-}
-
 }  // namespace detail
 
 /// Attention of one sequence's queries q [Tq, Hq, d] over every token of kv. Writes out
@@ -193,25 +164,8 @@ inline float resolve_scale(const AttentionOptions& opt, Index head_dim) {
 template <KvSource S>
 void attention(Tensor3View<const float> q, const S& kv, Tensor3View<float> out, MatrixView<float> lse = {},
                const AttentionOptions& opt = {}) {
-  const HeadGroups groups(q.dim1(), kv.num_kv_heads());
-  detail::validate_options(opt, q.dim1());
-  detail::validate_query_output(q, out, lse, kv.head_dim());
-  detail::validate_query_positions(opt, q.dim0());
-  const std::vector<float> slopes = detail::resolve_slopes(opt, q.dim1());
-
-  detail::SequenceProblem p;
-  p.q = q;
-  p.out = out;
-  p.lse = lse;
-  p.q_pos = opt.query_positions.empty()
-                ? TokenPositions{nullptr, last_position(kv) - static_cast<std::int32_t>(q.dim0() - 1)}
-                : TokenPositions{opt.query_positions.data(), 0};
-  p.group = groups.group_size();
-  p.scale = detail::resolve_scale(opt, kv.head_dim());
-  p.mask = {opt.causal, opt.window};
-  p.softcap = opt.softcap;
-  p.slopes = slopes.empty() ? nullptr : slopes.data();
-  const detail::SequenceTask<S> task{p, kv};
+  const detail::ProblemBuilder builder(q, out, lse, kv.num_kv_heads(), kv.head_dim(), opt);
+  const detail::SequenceTask<S> task{builder.sequence(0, q.dim0(), last_position(kv)), &kv};
   detail::run_attention<S>(std::span<const detail::SequenceTask<S>>(&task, 1), kv.num_kv_heads(), opt.num_threads,
                            opt.kv_split_tokens);
 }
@@ -229,41 +183,19 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
   require(cu_q.size() >= 1, "cu_q.size()", cu_q.size(), "must be >= 1 (batch + 1 offsets)");
   require(cu_k.size() == cu_q.size(), "cu_k.size()", cu_k.size(),
           "must equal cu_q.size() (" + std::to_string(cu_q.size()) + ")");
+  const detail::ProblemBuilder builder(q, out, lse, k.dim1(), k.dim2(), opt);
+  detail::validate_offsets(cu_q, "cu_q", q.dim0(), "q.dim0()");
+  detail::validate_offsets(cu_k, "cu_k", k.dim0(), "k.dim0()");
   const Index batch = static_cast<Index>(cu_q.size()) - 1;
-  const HeadGroups groups(q.dim1(), k.dim1());
-  detail::validate_options(opt, q.dim1());
-  detail::validate_query_output(q, out, lse, k.dim2());
-  require(cu_q[0] == 0, "cu_q[0]", cu_q[0], "must be 0");
-  require(cu_k[0] == 0, "cu_k[0]", cu_k[0], "must be 0");
-  for (Index b = 0; b < batch; ++b) {
-    require(cu_q[b + 1] >= cu_q[b], "cu_q[" + std::to_string(b + 1) + "]", cu_q[b + 1],
-            "must be >= cu_q[" + std::to_string(b) + "] (" + std::to_string(cu_q[b]) + ")");
-    require(cu_k[b + 1] >= cu_k[b], "cu_k[" + std::to_string(b + 1) + "]", cu_k[b + 1],
-            "must be >= cu_k[" + std::to_string(b) + "] (" + std::to_string(cu_k[b]) + ")");
-  }
-  require(cu_q[batch] == q.dim0(), "cu_q.back()", cu_q[batch], "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-  require(cu_k[batch] == k.dim0(), "cu_k.back()", cu_k[batch], "must equal k.dim0() (" + std::to_string(k.dim0()) + ")");
-  detail::validate_query_positions(opt, q.dim0());
-  const std::vector<float> slopes = detail::resolve_slopes(opt, q.dim1());
-
+  std::vector<DenseKv<T>> sources;
+  sources.reserve(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b)
+    sources.emplace_back(k.slice0(cu_k[b], cu_k[b + 1] - cu_k[b]), v.slice0(cu_k[b], cu_k[b + 1] - cu_k[b]));
   std::vector<detail::SequenceTask<DenseKv<T>>> tasks;
   tasks.reserve(static_cast<std::size_t>(batch));
-  for (Index b = 0; b < batch; ++b) {
-    const Index q0 = cu_q[b], nq = cu_q[b + 1] - cu_q[b], k0 = cu_k[b], nk = cu_k[b + 1] - cu_k[b];
-    DenseKv<T> kv(k.slice0(k0, nk), v.slice0(k0, nk));
-    detail::SequenceProblem p;
-    p.q = q.slice0(q0, nq);
-    p.out = out.slice0(q0, nq);
-    p.lse = lse.rows() > 0 ? lse.rows_slice(q0, nq) : MatrixView<float>{};
-    p.q_pos = opt.query_positions.empty() ? TokenPositions{nullptr, static_cast<std::int32_t>(nk - nq)}
-                                          : TokenPositions{opt.query_positions.data() + q0, 0};
-    p.group = groups.group_size();
-    p.scale = detail::resolve_scale(opt, k.dim2());
-    p.mask = {opt.causal, opt.window};
-    p.softcap = opt.softcap;
-    p.slopes = slopes.empty() ? nullptr : slopes.data();
-    tasks.push_back({p, kv});
-  }
+  for (Index b = 0; b < batch; ++b)
+    tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b] - 1),
+                     &sources[static_cast<std::size_t>(b)]});
   detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt.num_threads, opt.kv_split_tokens);
 }
 
