@@ -3,6 +3,8 @@
 //
 //   attention(q, kv, out, lse, options)        one sequence: q [Tq, Hq, d] against a KV source
 //   attention_varlen(q, cu_q, k, v, cu_k, ...) a padding-free batch: sequences packed back to back
+//   attention_batch(q, cu_q, sources, ...)     a serving batch: each sequence's queries against its
+//                                              own KV source (paged block table, dense cache, ...)
 //
 // Exact softmax by tiles (FlashAttention-2); fp32 accumulation; memory independent of Tq * Tk.
 // Up to kDecodeMaxQueries query tokens take the decode path, which splits the KV range into
@@ -13,7 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <ranges>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "inferkit/attention/alibi.hpp"
@@ -197,6 +202,68 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
     tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b] - 1),
                      &sources[static_cast<std::size_t>(b)]});
   detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt.num_threads, opt.kv_split_tokens);
+}
+
+/// Attention of a batch whose sequences each bring their own KV source, in one parallel pass:
+/// the attention step of continuous batching, where one iteration runs prefill chunks of some
+/// sequences and decode rows (1 token, or k + 1 for speculative verification) of others.
+///
+/// Sequence b's queries are rows [cu_q[b], cu_q[b+1]) of q [total_q, Hq, d] (packed back to
+/// back, as in attention_varlen); they attend every token of kv[b] (whose K/V for these queries
+/// the caller has already appended). Without options.query_positions (size total_q) the
+/// queries are bottom-right aligned to their sequence's cached tokens: with keys at positions
+/// 0 .. n-1, a chunk of c queries sits at n - c .. n - 1, so a prefill chunk starts where the
+/// tokens cached before it end. A sequence may have no queries or no cached tokens (its rows
+/// are then fully masked: zeros, LSE -inf). Writes out [total_q, Hq, d] and, when lse has rows,
+/// each row's natural-log LSE to lse [total_q, Hq]. Every option of attention() applies (GQA,
+/// ALiBi, sliding window, soft-cap, explicit positions, threads).
+///
+/// `kv` is a contiguous range (std::vector, std::span, std::array) of one KvSource type, e.g.
+/// BlockTable<T>::Source (kv/block_table.hpp), DenseKv<T>, or any cache's source(layer); all
+/// sources have the same num_kv_heads() and head_dim(). Sequences of different source types need
+/// one call per type. Each sequence runs as attention() would run it alone (decode rows split
+/// the KV range, flash-decoding; longer chunks tile the queries), and all sequences' work units
+/// share one parallel pass, so the call costs what its real tokens cost, whatever the mix.
+///
+/// @param q     queries [total_q, Hq, d]
+/// @param cu_q  batch + 1 non-decreasing query offsets, cu_q[0] = 0, cu_q.back() = total_q
+/// @param kv    one KV source per sequence (cu_q.size() - 1 of them); read only
+/// @param out   output [total_q, Hq, d]
+/// @param lse   optional [total_q, Hq] log-sum-exp (natural log), or an empty view
+/// @param opt   attention options (attention/options.hpp)
+/// @throws std::invalid_argument naming the parameter: cu_q inconsistent with kv.size() or
+///         q.dim0(), sources disagreeing on num_kv_heads() / head_dim(), Hq not a multiple of
+///         Hkv, shapes of q / out / lse, query_positions.size() != total_q, bad options.
+/// Thread-safety: reads q and the sources, writes only out and lse; concurrent calls on
+/// distinct outputs are safe.
+template <class Sources>
+  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+           KvSource<std::ranges::range_value_t<Sources>>
+void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, const Sources& kv,
+                     Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+  using S = std::ranges::range_value_t<Sources>;
+  const std::span<const S> sources(std::ranges::data(kv), std::ranges::size(kv));
+  const auto batch = static_cast<Index>(sources.size());
+  require(static_cast<Index>(cu_q.size()) == batch + 1, "cu_q.size()", cu_q.size(),
+          "must equal the number of KV sources + 1 (" + std::to_string(batch + 1) + ")");
+  const Index hkv = batch > 0 ? sources[0].num_kv_heads() : q.dim1();
+  const Index head_dim = batch > 0 ? sources[0].head_dim() : q.dim2();
+  for (Index b = 1; b < batch; ++b) {
+    const S& s = sources[static_cast<std::size_t>(b)];
+    require(s.num_kv_heads() == hkv, "kv[" + std::to_string(b) + "].num_kv_heads()", s.num_kv_heads(),
+            "must equal kv[0].num_kv_heads() (" + std::to_string(hkv) + ")");
+    require(s.head_dim() == head_dim, "kv[" + std::to_string(b) + "].head_dim()", s.head_dim(),
+            "must equal kv[0].head_dim() (" + std::to_string(head_dim) + ")");
+  }
+  const detail::ProblemBuilder builder(q, out, lse, hkv, head_dim, opt);
+  detail::validate_offsets(cu_q, "cu_q", q.dim0(), "q.dim0()");
+  std::vector<detail::SequenceTask<S>> tasks;
+  tasks.reserve(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b) {
+    const S& s = sources[static_cast<std::size_t>(b)];
+    tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], last_position(s)), &s});
+  }
+  detail::run_attention<S>(tasks, hkv, opt.num_threads, opt.kv_split_tokens);
 }
 
 }  // namespace inferkit
