@@ -3,12 +3,14 @@
 // the tile's query rows (query tokens x the group's query heads) in SIMD lanes. Q^T is packed
 // once per unit; for each key tile S^T = K Q^T, the online-softmax statistics update lane-wise,
 // and O^T = O^T diag(alpha) + V^T P^T. K and V are read once per group of query heads; memory is
-// O(tile), never O(Tq * Tk).
+// O(tile), never O(Tq * Tk). Key tiles sit at fixed token indices (multiples of kPrefillKeyTile,
+// key_tiles.hpp), gathered across blocks when pages are smaller.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "inferkit/attention/detail/key_tiles.hpp"
 #include "inferkit/attention/detail/lanes_gemm.hpp"
 #include "inferkit/attention/detail/problem.hpp"
 #include "inferkit/attention/kv_block.hpp"
@@ -28,6 +30,7 @@ inline Index prefill_query_tokens(Index group) { return std::max<Index>(1, kPref
 struct PrefillScratch {
   AlignedBuffer<float> qt, st, ot, kbuf, vbuf;
   AlignedBuffer<float> m, l, alpha, dq, slope, relk;
+  AlignedBuffer<std::int32_t> kpos;  // positions of a tile gathered across blocks
 };
 
 template <KvSource S>
@@ -37,7 +40,7 @@ void prefill_unit(const SequenceProblem& p, const S& kv, Index g, Index t0, Inde
   constexpr Index Bc = kPrefillKeyTile;
   const float neg_inf = kNegInf;
   const Index d = p.head_dim(), G = p.group, R = (t1 - t0) * G;
-  const Index Rp = ceil_div(R, LanesGemmShape::kRowBlock) * LanesGemmShape::kRowBlock;
+  const Index Rp = ceil_div(R, W) * W;  // rows in lanes: each lane's arithmetic is its own
 
   ws.qt.resize(static_cast<std::size_t>(d * Rp));
   ws.st.resize(static_cast<std::size_t>(Bc * Rp));
@@ -46,6 +49,7 @@ void prefill_unit(const SequenceProblem& p, const S& kv, Index g, Index t0, Inde
   ws.vbuf.resize(static_cast<std::size_t>(Bc * d));
   for (auto* b : {&ws.m, &ws.l, &ws.alpha, &ws.dq, &ws.slope}) b->resize(static_cast<std::size_t>(Rp));
   ws.relk.resize(static_cast<std::size_t>(Bc));
+  ws.kpos.resize(static_cast<std::size_t>(Bc));
   float* qt = ws.qt.data();
   float* st = ws.st.data();
   float* ot = ws.ot.data();
@@ -71,11 +75,11 @@ void prefill_unit(const SequenceProblem& p, const S& kv, Index g, Index t0, Inde
   const VecF vneg_inf = simd::broadcast(neg_inf), vzero = simd::broadcast(0.0f);
   const VecF vwindow = simd::broadcast(static_cast<float>(p.mask.window));
 
-  for (Index b = 0; b < kv.num_blocks(); ++b) {
-    const auto blk = kv.block(g, b);
-    for (Index c0 = 0; c0 < blk.num_tokens; c0 += Bc) {
-      const Index nc = std::min(Bc, blk.num_tokens - c0);
-      const TokenPositions kp = blk.positions.offset(c0);
+  KeyTileWalker<S> tiles(kv, g, 0, kv.num_tokens(), Bc);
+  while (tiles.next()) {
+    {
+      const Index nc = tiles.count();
+      const TokenPositions kp = tiles.positions(ws.kpos.data());
       std::int64_t k_lo = 0, k_hi = 0;
       position_range(kp, nc, k_lo, k_hi);
       const TileVisibility vis = p.mask.classify(q_lo, q_hi, k_lo, k_hi);
@@ -89,7 +93,7 @@ void prefill_unit(const SequenceProblem& p, const S& kv, Index g, Index t0, Inde
         for (Index c = 0; c < nc; ++c) ws.relk[c] = static_cast<float>(std::int64_t{kp[c]} - k_lo);
       }
 
-      const RowsF32 keys = blk.keys.load_f32(c0, nc, d, ws.kbuf.data(), d, true);
+      const RowsF32 keys = tiles.keys(d, ws.kbuf.data(), d, true);
       lanes_gemm(nc, d, Rp, keys.data, keys.stride, 1, qt, Rp, st, Rp, nullptr);
 
       for (Index r0 = 0; r0 < Rp; r0 += W) {
@@ -127,7 +131,7 @@ void prefill_unit(const SequenceProblem& p, const S& kv, Index g, Index t0, Inde
         simd::store(ws.alpha.data() + r0, alpha);
       }
 
-      const RowsF32 values = blk.values.load_f32(c0, nc, d, ws.vbuf.data(), d, true);
+      const RowsF32 values = tiles.values(d, ws.vbuf.data(), d, true);
       lanes_gemm(d, nc, Rp, values.data, 1, values.stride, st, Rp, ot, Rp, ws.alpha.data());
     }
   }
