@@ -24,6 +24,7 @@
 #include "inferkit/attention/alibi.hpp"
 #include "inferkit/attention/dense_kv.hpp"
 #include "inferkit/attention/detail/decode_kernel.hpp"
+#include "inferkit/attention/detail/invariant_kernel.hpp"
 #include "inferkit/attention/detail/prefill_kernel.hpp"
 #include "inferkit/attention/detail/problem.hpp"
 #include "inferkit/attention/gqa.hpp"
@@ -64,10 +65,13 @@ struct DecodeLayout {
 };
 
 /// Runs every task: prefill units write their output directly; decode units write partial states
-/// that a second parallel pass merges in split order.
+/// that a second parallel pass merges in split order. In batch-invariant mode every unit runs
+/// the lanes kernel: query tiles fold fixed KV splits in order themselves; short queries get one
+/// unit per fixed split, folded in the same order afterwards (invariant_kernel.hpp).
 template <KvSource S>
-void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, int num_threads,
-                   Index kv_split_tokens) {
+void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, const AttentionOptions& opt) {
+  const bool invariant = opt.batch_invariant;
+  const Index invariant_split = opt.kv_split_tokens > 0 ? opt.kv_split_tokens : kBatchInvariantSplitTokens;
   std::vector<WorkUnit> units;
   std::vector<DecodeLayout> decodes;
   std::size_t partial_rows = 0;
@@ -77,9 +81,11 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
     if (tq == 0) continue;
     if (tq <= kDecodeMaxQueries) {
       const Index tk = tasks[i].kv->num_tokens();
-      const Index per = decode_split_tokens(tk, num_kv_heads, kv_split_tokens);
-      DecodeLayout lay{i, std::max<Index>(1, ceil_div(tk, per)), tq * p.group, decode_padded_rows(tq * p.group),
-                       decode_padded_dim(p.head_dim()), partial_rows};
+      const Index per = invariant ? invariant_split : decode_split_tokens(tk, num_kv_heads, opt.kv_split_tokens);
+      const Index rows = tq * p.group;
+      DecodeLayout lay{i, std::max<Index>(1, ceil_div(tk, per)), rows,
+                       invariant ? lanes_padded_rows(rows) : decode_padded_rows(rows), decode_padded_dim(p.head_dim()),
+                       partial_rows};
       for (Index g = 0; g < num_kv_heads; ++g)
         for (Index s = 0; s < lay.splits; ++s)
           units.push_back({i, g, s * per, std::min(tk, (s + 1) * per), s});
@@ -107,7 +113,7 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
   std::vector<Index> decode_index(tasks.size(), -1);
   for (std::size_t k = 0; k < decodes.size(); ++k) decode_index[decodes[k].task] = static_cast<Index>(k);
 
-  const int threads = resolve_threads(num_threads);
+  const int threads = resolve_threads(opt.num_threads);
   const auto n_units = static_cast<std::int64_t>(units.size());
 #pragma omp parallel num_threads(threads) if (n_units > 1)
   {
@@ -118,15 +124,16 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
       const WorkUnit& w = units[static_cast<std::size_t>(u)];
       const SequenceTask<S>& task = tasks[w.task];
       if (w.split < 0) {
-        prefill_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre);
+        prefill_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre, invariant ? invariant_split : 0);
       } else {
         const auto k = static_cast<std::size_t>(decode_index[w.task]);
         const DecodeLayout& lay = decodes[k];
         const std::size_t slot = static_cast<std::size_t>(w.kv_head * lay.splits + w.split);
-        decode_partial(task.problem, *task.kv, w.kv_head, w.begin, w.end, dec,
-                       part_o.data() + o_offset[k] + slot * lay.padded_rows * lay.padded_dim,
-                       part_m.data() + lay.offset + slot * lay.padded_rows,
-                       part_l.data() + lay.offset + slot * lay.padded_rows);
+        float* o = part_o.data() + o_offset[k] + slot * lay.padded_rows * lay.padded_dim;
+        float* m = part_m.data() + lay.offset + slot * lay.padded_rows;
+        float* l = part_l.data() + lay.offset + slot * lay.padded_rows;
+        if (invariant) invariant_split_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre, o, m, l);
+        else decode_partial(task.problem, *task.kv, w.kv_head, w.begin, w.end, dec, o, m, l);
       }
     }
 
@@ -139,6 +146,15 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
       const DecodeLayout& lay = decodes[k];
       const SequenceProblem& p = tasks[lay.task].problem;
       const Index d = p.head_dim(), Dp = lay.padded_dim, Rp = lay.padded_rows;
+      if (invariant) {
+        const std::size_t slot0 = static_cast<std::size_t>(g * lay.splits);
+        pre.wa.resize(static_cast<std::size_t>(Rp));
+        pre.wb.resize(static_cast<std::size_t>(Rp));
+        invariant_fold_splits(p, g, lay.splits, Rp, Dp, part_o.data() + o_offset[k] + slot0 * Rp * Dp,
+                              static_cast<std::size_t>(Rp * Dp), part_m.data() + lay.offset + slot0 * Rp,
+                              part_l.data() + lay.offset + slot0 * Rp, pre.wa.data(), pre.wb.data());
+        continue;
+      }
       for (Index r = 0; r < lay.rows; ++r) {
         SoftmaxStats total;
         float* first_o = nullptr;
@@ -171,8 +187,7 @@ void attention(Tensor3View<const float> q, const S& kv, Tensor3View<float> out, 
                const AttentionOptions& opt = {}) {
   const detail::ProblemBuilder builder(q, out, lse, kv.num_kv_heads(), kv.head_dim(), opt);
   const detail::SequenceTask<S> task{builder.sequence(0, q.dim0(), last_position(kv)), &kv};
-  detail::run_attention<S>(std::span<const detail::SequenceTask<S>>(&task, 1), kv.num_kv_heads(), opt.num_threads,
-                           opt.kv_split_tokens);
+  detail::run_attention<S>(std::span<const detail::SequenceTask<S>>(&task, 1), kv.num_kv_heads(), opt);
 }
 
 /// Padding-free variable-length batch. Sequence b's queries are rows [cu_q[b], cu_q[b+1]) of
@@ -201,7 +216,7 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
   for (Index b = 0; b < batch; ++b)
     tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b] - 1),
                      &sources[static_cast<std::size_t>(b)]});
-  detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt.num_threads, opt.kv_split_tokens);
+  detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt);
 }
 
 /// Attention of a batch whose sequences each bring their own KV source, in one parallel pass:
@@ -216,7 +231,8 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
 /// tokens cached before it end. A sequence may have no queries or no cached tokens (its rows
 /// are then fully masked: zeros, LSE -inf). Writes out [total_q, Hq, d] and, when lse has rows,
 /// each row's natural-log LSE to lse [total_q, Hq]. Every option of attention() applies (GQA,
-/// ALiBi, sliding window, soft-cap, explicit positions, threads).
+/// ALiBi, sliding window, soft-cap, explicit positions, threads, batch_invariant: with it a
+/// row's bits are those it gets alone, in any other batch, chunking or thread count).
 ///
 /// `kv` is a contiguous range (std::vector, std::span, std::array) of one KvSource type, e.g.
 /// BlockTable<T>::Source (kv/block_table.hpp), DenseKv<T>, or any cache's source(layer); all
@@ -263,7 +279,7 @@ void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> c
     const S& s = sources[static_cast<std::size_t>(b)];
     tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], last_position(s)), &s});
   }
-  detail::run_attention<S>(tasks, hkv, opt.num_threads, opt.kv_split_tokens);
+  detail::run_attention<S>(tasks, hkv, opt);
 }
 
 }  // namespace inferkit
