@@ -5,6 +5,10 @@
 //       one f32 block pool with 16-token pages. Counters: us per call, GFLOPS of the real
 //       (visible) query-key pairs, 4 * pairs * d * Hq.
 //   attention_batch/naive/...: the same work as one attention() call per sequence.
+//   attention_batch/inferkit_invariant/...: the same call in batch-invariant mode.
+//   attention_batch/{inferkit,naive}/decode64_...: 64 decode sequences alone (contexts as above).
+//   attention_invariant/{default,invariant}/{prefill_T2048,decode_Tk<N>}_Hq32_Hkv8_D128: the
+//       cost of the batch-invariant mode on plain shapes (dense f32 K/V, causal), counter us.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -33,10 +37,16 @@ struct MixedBatch {
   std::vector<float> q, out;
   double pairs = 0;  // visible (query, key) pairs per query head
 
-  MixedBatch() {
+  /// With a chunk: sequence 0 is a 2,000-token chunk after 1,024 cached tokens; then `decodes`
+  /// decode sequences.
+  MixedBatch(bool chunk, int decodes) {
     std::mt19937 rng(5);
-    std::vector<Index> context{1024 + 2000}, rows{2000};
-    for (int s = 1; s <= 63; ++s) {
+    std::vector<Index> context, rows;
+    if (chunk) {
+      context.push_back(1024 + 2000);
+      rows.push_back(2000);
+    }
+    for (int s = 1; s <= decodes; ++s) {
       rows.push_back(s % 8 == 0 ? 2 + (s / 8) % 4 : 1);
       context.push_back(256 + static_cast<Index>(rng() % (2048 - 256)));
     }
@@ -63,7 +73,11 @@ struct MixedBatch {
   Index total() const { return cu.back(); }
 };
 MixedBatch& mixed() {
-  static MixedBatch b;
+  static MixedBatch b(true, 63);
+  return b;
+}
+MixedBatch& decodes() {
+  static MixedBatch b(false, 64);
   return b;
 }
 
@@ -73,10 +87,10 @@ void finish(benchmark::State& state, double seconds, double pairs) {
   ib::label_isa(state);
 }
 
-void BM_batch_inferkit(benchmark::State& state) {
-  MixedBatch& b = mixed();
+void run_batch(benchmark::State& state, MixedBatch& b, bool invariant) {
   inferkit::AttentionOptions opt;
   opt.num_threads = static_cast<int>(state.range(0));
+  opt.batch_invariant = invariant;
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     inferkit::attention_batch({b.q.data(), b.total(), kHq, kD}, b.cu, b.sources, {b.out.data(), b.total(), kHq, kD}, {},
@@ -86,9 +100,12 @@ void BM_batch_inferkit(benchmark::State& state) {
   finish(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), b.pairs);
 }
 
+void BM_batch_inferkit(benchmark::State& state) { run_batch(state, mixed(), false); }
+void BM_batch_invariant(benchmark::State& state) { run_batch(state, mixed(), true); }
+void BM_decodes_inferkit(benchmark::State& state) { run_batch(state, decodes(), false); }
+
 // The straightforward way: one attention() call (one parallel pass) per sequence.
-void BM_batch_naive(benchmark::State& state) {
-  MixedBatch& b = mixed();
+void run_naive(benchmark::State& state, MixedBatch& b) {
   inferkit::AttentionOptions opt;
   opt.num_threads = static_cast<int>(state.range(0));
   const auto t0 = std::chrono::steady_clock::now();
@@ -103,9 +120,65 @@ void BM_batch_naive(benchmark::State& state) {
   finish(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), b.pairs);
 }
 
+void BM_batch_naive(benchmark::State& state) { run_naive(state, mixed()); }
+void BM_decodes_naive(benchmark::State& state) { run_naive(state, decodes()); }
+
+// ---- batch-invariant mode on plain shapes ------------------------------------------------------
+
+struct Plain {
+  Index tk;
+  std::vector<float> k, v, q, out;
+  explicit Plain(Index tokens)
+      : tk(tokens), k(ib::normal_floats(static_cast<std::size_t>(tk * kHkv * kD), 1.0f, 21)),
+        v(ib::normal_floats(k.size(), 1.0f, 22)), q(ib::normal_floats(static_cast<std::size_t>(2048 * kHq * kD), 1.0f, 23)),
+        out(q.size()) {}
+};
+const Plain& plain(Index tokens) {
+  static const Plain p2k(2048), p4k(4096), p32k(32768);
+  return tokens == 2048 ? p2k : tokens == 4096 ? p4k : p32k;
+}
+
+// Prefill (Tq = Tk = 2048) or decode (Tq = 1) at Tk = range(0), 2 threads.
+void run_plain(benchmark::State& state, Index tq, bool invariant) {
+  const Plain& p = plain(state.range(0));
+  const Index tk = p.tk;
+  inferkit::AttentionOptions opt;
+  opt.num_threads = 2;
+  opt.batch_invariant = invariant;
+  const inferkit::DenseKv<float> kv({p.k.data(), tk, kHkv, kD}, {p.v.data(), tk, kHkv, kD});
+  std::vector<float> out(static_cast<std::size_t>(tq * kHq * kD));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    inferkit::attention({p.q.data(), tq, kHq, kD}, kv, {out.data(), tq, kHq, kD}, {}, opt);
+    benchmark::ClobberMemory();
+  }
+  double pairs = 0;
+  for (Index i = 0; i < tq; ++i) pairs += static_cast<double>(tk - tq + i + 1);
+  finish(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), pairs);
+}
+void BM_prefill_default(benchmark::State& state) { run_plain(state, 2048, false); }
+void BM_prefill_invariant(benchmark::State& state) { run_plain(state, 2048, true); }
+void BM_decode_default(benchmark::State& state) { run_plain(state, 1, false); }
+void BM_decode_invariant(benchmark::State& state) { run_plain(state, 1, true); }
+
 BENCHMARK(BM_batch_inferkit)->Name("attention_batch/inferkit/chunk2000+decode63_Hq32_Hkv8_D128_page16")
     ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_batch_naive)->Name("attention_batch/naive/chunk2000+decode63_Hq32_Hkv8_D128_page16")
     ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_batch_invariant)->Name("attention_batch/inferkit_invariant/chunk2000+decode63_Hq32_Hkv8_D128_page16")
+    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decodes_inferkit)->Name("attention_batch/inferkit/decode64_Hq32_Hkv8_D128_page16")
+    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decodes_naive)->Name("attention_batch/naive/decode64_Hq32_Hkv8_D128_page16")
+    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_prefill_default)->Name("attention_invariant/default/prefill_T2048_Hq32_Hkv8_D128_causal")
+    ->Arg(2048)->ArgName("Tk")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_prefill_invariant)->Name("attention_invariant/invariant/prefill_T2048_Hq32_Hkv8_D128_causal")
+    ->Arg(2048)->ArgName("Tk")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decode_default)->Name("attention_invariant/default/decode_Hq32_Hkv8_D128_f32")
+    ->Arg(4096)->Arg(32768)->ArgName("Tk")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decode_invariant)->Name("attention_invariant/invariant/decode_Hq32_Hkv8_D128_f32")
+    ->Arg(4096)->Arg(32768)->ArgName("Tk")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -47,11 +46,10 @@ class KeyTileWalker {
           count_ = t - begin_;
           return count_ > 0;
         }
-        current_.emplace(kv_->block(g_, block_));
-        block_tokens_ = current_->num_tokens;
+        block_tokens_ = kv_->block(g_, block_).num_tokens;
       }
       const Index first = t - block_offset_, n = std::min(block_tokens_ - first, stop - t);
-      pieces_.push_back({*current_, first, n});
+      pieces_.push_back({kv_->block(g_, block_), first, n});
       t += n;
     }
     count_ = stop - begin_;
@@ -101,7 +99,6 @@ class KeyTileWalker {
   Index g_, end_, tile_, next_, num_blocks_;
   Index begin_ = 0, count_ = 0;
   Index block_ = -1, block_offset_ = 0, block_tokens_ = 0;
-  std::optional<Block> current_;
   std::vector<Piece> pieces_;
 };
 
