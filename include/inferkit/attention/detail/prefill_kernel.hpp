@@ -101,8 +101,12 @@ void lanes_sweep(const SequenceProblem& p, const S& kv, const LanesRows& u, Inde
   KeyTileWalker<S> tiles(kv, u.g, begin, end, kPrefillKeyTile);
   while (tiles.next()) {
     if (merge_every > 0 && tiles.begin() > begin && tiles.begin() % merge_every == 0) boundary();
-    const Index nc = tiles.count();
+    Index nc = tiles.count();
     const TokenPositions kp = tiles.positions(ws.kpos.data());
+    // Trailing keys after every row's position (the causal diagonal) would only add exact zeros.
+    if (p.mask.causal)
+      while (nc > 0 && kp[nc - 1] > q_hi) --nc;
+    if (nc == 0) continue;
     std::int64_t k_lo = 0, k_hi = 0;
     position_range(kp, nc, k_lo, k_hi);
     const TileVisibility vis = p.mask.classify(q_lo, q_hi, k_lo, k_hi);
