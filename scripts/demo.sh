@@ -61,6 +61,43 @@ window 64|--cache window --window 64
 sinks 4 + window 60|--cache sink-window --sinks 4 --window 60
 POLICIES
 
+echo "=== steering: contrastive vector (coherent vs noisy samples) at layer 3, swept over scale"
+# Positive prompts: samples at temperature 0.5; negative: samples at temperature 2 (same seeds).
+# The token set whose probability eval reports: the 4 most frequent ids of the positive samples.
+steer=$report/steering
+mkdir -p "$steer"
+: > "$steer/pos.txt"
+: > "$steer/neg.txt"
+for seed in 1 2 3 4 5 6 7 8; do
+  "$runner" generate --model "$model" --temperature 0.5 --steps 24 --seed "$seed" --print-ids 2>/dev/null >> "$steer/pos.txt"
+  "$runner" generate --model "$model" --temperature 2.0 --steps 24 --seed "$seed" --print-ids 2>/dev/null >> "$steer/neg.txt"
+done
+steer_set=$(tr ' ' '\n' < "$steer/pos.txt" | grep . | sort | uniq -c | sort -k1,1nr -k2,2n | head -4 | awk '{printf "%s%s", sep, $2; sep = " "}')
+steer_flags=(--steer-pos "$steer/pos.txt" --steer-neg "$steer/neg.txt" --steer-layer 3)
+steer_field() { echo "$1" | awk -v k="$2" '{for (i = 1; i < NF; ++i) if ($i == k) print $(i + 1)}'; }
+{
+  echo "| edit | scale | NLL shift (nats) | p(token set) |"
+  echo "|---|---|---|---|"
+} > "$steer/sweep.md"
+for variant in add norm; do
+  extra=()
+  [ "$variant" = norm ] && extra=(--steer-preserve-norm)
+  : > "$steer/sweep_$variant.dat"
+  for scale in -0.5 -0.4 -0.3 -0.2 -0.1 0 0.1 0.2 0.3 0.4 0.5; do
+    line=$("$runner" eval --model "$model" --eval-ids "$report/eval_ids.txt" "${steer_flags[@]}" "${extra[@]}" \
+           --steer-scale "$scale" --steer-tokens "$steer_set" 2>/dev/null)
+    echo "$scale $(steer_field "$line" nll_shift) $(steer_field "$line" p_set_steered)" >> "$steer/sweep_$variant.dat"
+    echo "| $variant | $scale | $(steer_field "$line" nll_shift) | $(steer_field "$line" p_set_steered) |" >> "$steer/sweep.md"
+  done
+done
+line=$("$runner" eval --model "$model" --eval-ids "$report/eval_ids.txt" "${steer_flags[@]}" --steer-ablate --steer-tokens "$steer_set")
+echo "| ablation after every layer | 1 | $(steer_field "$line" nll_shift) | $(steer_field "$line" p_set_steered) |" >> "$steer/sweep.md"
+echo "token set: $steer_set"
+cat "$steer/sweep.md"
+echo "--- greedy, steered by +0.5 and -0.5 from the first generated token on"
+"$runner" generate --model "$model" --temperature 0 --steps 32 --print-ids "${steer_flags[@]}" --steer-scale 0.5 --steer-positions generated
+"$runner" generate --model "$model" --temperature 0 --steps 32 --print-ids "${steer_flags[@]}" --steer-scale -0.5 --steer-positions generated
+
 echo "=== benchmarks (fast path vs baseline in one binary; JSON in build/bench/)"
 scripts/bench.sh "${INFERKIT_DEMO_BENCH_FILTER:-.}" --benchmark_min_time=0.05
 
@@ -132,4 +169,33 @@ fi
   echo "Raw Google Benchmark JSON: \`build/bench/*.json\`; the curated tables with ratios are in"
   echo "\`docs/performance.md\`."
 } > "$report/report.md"
+if command -v gnuplot >/dev/null 2>&1; then
+  gnuplot <<GNUPLOT
+set terminal pngcairo size 900,560
+set output "$report/steering_sweep.png"
+set title "Steering at layer 3 (coherent minus noisy samples): held-out NLL and token-set probability"
+set xlabel "scale (multiple of the mean-difference vector)"
+set ylabel "NLL shift (nats)"
+set y2label "p(token set)"
+set ytics nomirror
+set y2tics
+set grid
+set key top center
+plot "$steer/sweep_add.dat" using 1:2 with linespoints title "NLL shift, addition", \
+     "$steer/sweep_norm.dat" using 1:2 with linespoints title "NLL shift, norm preserved", \
+     "$steer/sweep_add.dat" using 1:3 axes x1y2 with linespoints dt 2 title "p(set), addition", \
+     "$steer/sweep_norm.dat" using 1:3 axes x1y2 with linespoints dt 2 title "p(set), norm preserved"
+GNUPLOT
+fi
+{
+  echo
+  echo "## Steering: scale sweep"
+  echo
+  echo "Contrastive vector at layer 3 from 8 pairs (samples at temperature 0.5 minus samples at"
+  echo "temperature 2), evaluated on the greedy text above; token set: $steer_set."
+  echo
+  cat "$steer/sweep.md"
+  echo
+  echo "![steering sweep](steering_sweep.png)"
+} >> "$report/report.md"
 echo "=== wrote $report/report.md"

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -276,12 +277,17 @@ inline void rmsnorm(float* out, const float* x, const VectorMap& w, int n) {
   for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
 }
 
+/// Called after each layer with the residual stream of the chunk (row t at position
+/// first_position + t): it may read the rows (capture hidden states) or edit them (steering).
+using ResidualHook = std::function<void(int layer, std::int32_t first_position, inferkit::MatrixView<float> residual)>;
+
 /// Runs `tokens` consecutive tokens starting at position `pos` through the first `layers`
 /// layers (all when -1), appending their K/V to the cache, and writes the logits of every token
-/// to `logits` [tokens x vocab]. Each token's matmuls are the same matrix-vector products as in
-/// a one-token step, so a chunk gives the same logits as feeding its tokens one at a time.
+/// to `logits` [tokens x vocab]; `hook`, if given, sees the residual stream after each layer.
+/// Each token's matmuls are the same matrix-vector products as in a one-token step, so a chunk
+/// gives the same logits as feeding its tokens one at a time.
 inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n, std::int32_t pos, float* logits,
-                    int layers = -1, float* hidden = nullptr) {
+                    int layers = -1, float* hidden = nullptr, const ResidualHook* hook = nullptr) {
   const Config& c = m.config();
   const int L = layers < 0 ? c.n_layers : layers, D = c.dim, hs = c.head_size(), kvd = c.kv_dim();
   for (Index t = 0; t < n; ++t)
@@ -320,6 +326,7 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
       }
       x.row(t).noalias() += (m.w2(l) * h1.row(t).transpose()).transpose();
     }
+    if (hook && *hook) (*hook)(l, pos, inferkit::MatrixView<float>(x.data(), n, D));
   }
   for (Index t = 0; t < n; ++t) {
     rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_final(), D);

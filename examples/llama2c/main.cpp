@@ -7,6 +7,10 @@
 //   inferkit-llama2c eval --model M --eval-ids FILE [--eval-range A:B]
 //       [--cache dense|window|sink-window] [--window W] [--sinks N] [--positions original|cache]
 //       [--kv-quant none|int8|int4|kivi4|kivi2] [--kv-quant-k ...] [--kv-quant-v ...]
+//   generate and eval also take --steer-pos FILE --steer-neg FILE --steer-layer L
+//       [--steer-scale S] [--steer-ablate] [--steer-unit] [--steer-preserve-norm]
+//       [--steer-reduce mean|last] [--steer-positions all|prompt|generated|A:B]
+//       [--steer-tokens "ids" (eval)] [--tokenizer T (text prompt files)]; see steering.hpp
 //   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
 // Generation starts from BOS = 1 like llama2.c; tokens per second go to stderr.
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "runner.hpp"
+#include "steering.hpp"
 #include "tokenizer.hpp"
 
 namespace {
@@ -112,12 +117,43 @@ std::optional<inferkit::KvQuantConfig> quant_config(const Args& a, Index head_di
   return cfg;
 }
 
+std::set<std::string> with(std::set<std::string> flags, const std::vector<std::string>& more) {
+  flags.insert(more.begin(), more.end());
+  return flags;
+}
+
+// The --steer-* flags (steering.hpp); nullopt when none is given.
+std::optional<llama2c::SteeringSpec> steering_spec(const Args& a, const llama2c::Tokenizer* tok) {
+  if (!a.has("--steer-pos") && !a.has("--steer-neg")) {
+    for (const auto& f : llama2c::kSteeringValueFlags) if (a.has(f)) throw std::invalid_argument(f + " needs --steer-pos and --steer-neg");
+    for (const auto& f : llama2c::kSteeringSwitches) if (a.has(f)) throw std::invalid_argument(f + " needs --steer-pos and --steer-neg");
+    return std::nullopt;
+  }
+  if (!a.has("--steer-pos") || !a.has("--steer-neg")) throw std::invalid_argument("--steer-pos and --steer-neg go together");
+  if (!a.has("--steer-layer")) throw std::invalid_argument("steering needs --steer-layer L");
+  llama2c::SteeringSpec s;
+  s.positive = llama2c::read_prompt_lines(a.str("--steer-pos"), tok, "--steer-pos");
+  s.negative = llama2c::read_prompt_lines(a.str("--steer-neg"), tok, "--steer-neg");
+  s.layer = static_cast<int>(a.integer("--steer-layer", 0));
+  s.scale = a.real("--steer-scale", 1.0f);
+  s.ablate = a.has("--steer-ablate");
+  s.unit = a.has("--steer-unit");
+  s.preserve_norm = a.has("--steer-preserve-norm");
+  const std::string reduce = a.str("--steer-reduce", "mean");
+  if (reduce == "mean") s.reduction = inferkit::TokenReduction::kMeanOverPositions;
+  else if (reduce == "last") s.reduction = inferkit::TokenReduction::kLastToken;
+  else throw std::invalid_argument("--steer-reduce = '" + reduce + "' is invalid: must be mean or last");
+  s.positions = llama2c::parse_positions(a.str("--steer-positions", "all"));
+  return s;
+}
+
 int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+               with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
                 "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer"},
-               {"--print-ids"});
+               llama2c::kSteeringValueFlags),
+               with({"--print-ids"}, llama2c::kSteeringSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
   const auto model = llama2c::Model::load(a.str("--model"));
   const Index steps = a.integer("--steps", 256);
@@ -138,6 +174,11 @@ int cmd_generate(int argc, char** argv) {
   const auto prompt = a.has("--prompt") ? tok->encode(a.str("--prompt")) : parse_ids(a.str("--prompt-ids"), "--prompt-ids");
   llama2c::GenerateStats st;
   std::vector<TokenId> out;
+  const auto steer = steering_spec(a, tok ? &*tok : nullptr);
+  if (steer) {
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens"})
+      if (a.has(f)) throw std::invalid_argument(std::string("steering works with plain sampling only, not with ") + f);
+  }
   if (a.has("--prompts")) {  // prefix reuse over a file of prompts, one per line
     std::ifstream f(a.str("--prompts"));
     if (!f) throw std::invalid_argument("cannot open --prompts file '" + a.str("--prompts") + "'");
@@ -161,7 +202,13 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds, double(out.size()) / st.seconds);
     return 0;
   }
-  if (a.has("--beams")) {
+  if (steer) {  // plain sampling with a residual hook
+    const auto sv = llama2c::build_steering_vector(model, *steer);
+    std::fprintf(stderr, "%s\n", llama2c::describe(*steer, sv).c_str());
+    const auto plan = llama2c::make_plan(model, *steer, sv.v);
+    const auto hook = llama2c::steering_hook(plan, 1 + static_cast<Index>(prompt.size()));
+    out = llama2c::generate(model, prompt, steps, s, &st, &hook);
+  } else if (a.has("--beams")) {
     out = llama2c::generate_beam(model, prompt, steps, static_cast<Index>(a.integer("--beams", 4)),
                                  a.real("--length-penalty", 1.0f), a.str("--length-penalty-mode", "hf"), &st);
   } else if (a.has("--contrastive")) {
@@ -196,9 +243,10 @@ int cmd_generate(int argc, char** argv) {
 
 int cmd_eval(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {"--model", "--eval-ids", "--eval-range", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
-                "--kv-quant-k", "--kv-quant-v"},
-               {});
+               with({"--model", "--eval-ids", "--eval-range", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
+                     "--kv-quant-k", "--kv-quant-v", "--tokenizer"},
+                    llama2c::kSteeringValueFlags),
+               with({}, llama2c::kSteeringSwitches));
   if (!a.has("--model")) throw std::invalid_argument("eval needs --model PATH");
   if (!a.has("--eval-ids")) throw std::invalid_argument("eval needs --eval-ids FILE");
   const auto model = llama2c::Model::load(a.str("--model"));
@@ -233,6 +281,22 @@ int cmd_eval(int argc, char** argv) {
   else if (pos == "cache") c.positions = inferkit::PositionPolicy::kCache;
   else throw std::invalid_argument("--positions = '" + pos + "' is invalid: must be original or cache");
   c.quant = quant_config(a, model.config().head_size());
+  std::optional<llama2c::Tokenizer> tok;
+  if (a.has("--tokenizer")) tok = llama2c::Tokenizer::load(a.str("--tokenizer"), model.config().vocab_size);
+  if (const auto steer = steering_spec(a, tok ? &*tok : nullptr)) {  // NLL and token-set probability, without and with
+    const auto sv = llama2c::build_steering_vector(model, *steer);
+    std::fprintf(stderr, "%s\n", llama2c::describe(*steer, sv).c_str());
+    const auto plan = llama2c::make_plan(model, *steer, sv.v);
+    const auto set = parse_ids(a.str("--steer-tokens"), "--steer-tokens");
+    const auto e = llama2c::evaluate_steering(model, ids, plan, set, c, first, last);
+    std::printf("steering predicted %ld layer %d scale %g ablate %d v_norm %.6g state_norm %.6g nll_base %.6f nll_steered %.6f "
+                "nll_shift %.6f p_set_base %.6f p_set_steered %.6f p_set_shift %.6f\n",
+                static_cast<long>(e.count), steer->layer, double(steer->scale), steer->ablate ? 1 : 0, sv.v_norm,
+                sv.mean_state_norm, e.nll_base, e.nll_steered, e.nll_steered - e.nll_base, e.set_prob_base,
+                e.set_prob_steered, e.set_prob_steered - e.set_prob_base);
+    return 0;
+  }
+  if (a.has("--tokenizer")) throw std::invalid_argument("eval reads --tokenizer only for text steering prompts");
   const auto r = llama2c::evaluate(model, ids, c, first, last);
   std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f\n", ids.size(), static_cast<long>(r.count),
               r.mean_nll, r.ppl(), r.kv_bytes);

@@ -50,9 +50,11 @@ struct GenerateStats {
   Index target_passes = 0, drafted = 0, accepted = 0;
 };
 
-/// Feeds BOS and the prompt, then generates `steps` tokens; returns them (prompt excluded).
+/// Feeds BOS and the prompt, then generates `steps` tokens; returns them (prompt excluded). `hook`
+/// (optional) sees and may edit the residual stream after each layer (steering).
 inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>& prompt, Index steps,
-                                     const SamplingConfig& s, GenerateStats* stats = nullptr) {
+                                     const SamplingConfig& s, GenerateStats* stats = nullptr,
+                                     const ResidualHook* hook = nullptr) {
   const auto t0 = std::chrono::steady_clock::now();
   CacheOptions copt;
   copt.naive_attention = s.naive;
@@ -60,7 +62,7 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
   std::vector<TokenId> seq{kBos};
   seq.insert(seq.end(), prompt.begin(), prompt.end());
   std::vector<float> logits(seq.size() * static_cast<std::size_t>(m.config().vocab_size));
-  forward(m, cache, seq.data(), static_cast<Index>(seq.size()), 0, logits.data());
+  forward(m, cache, seq.data(), static_cast<Index>(seq.size()), 0, logits.data(), -1, nullptr, hook);
   const auto chain = make_chain(s);
   const inferkit::CounterRng rng(s.seed);
   std::vector<TokenId> out;
@@ -71,7 +73,7 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
     out.push_back(next);
     if (i + 1 == steps) break;
     seq.push_back(next);
-    forward(m, cache, &next, 1, static_cast<std::int32_t>(seq.size() - 1), last.data());
+    forward(m, cache, &next, 1, static_cast<std::int32_t>(seq.size() - 1), last.data(), -1, nullptr, hook);
   }
   if (stats) stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -47,3 +47,11 @@
 #include "inferkit/sampling/top_k.hpp"
 #include "inferkit/sampling/top_p.hpp"
 #include "inferkit/sampling/typical.hpp"
+#include "inferkit/serving/batch_plan.hpp"
+#include "inferkit/serving/request.hpp"
+#include "inferkit/serving/scheduler.hpp"
+
+#include "inferkit/steering/contrastive_vector.hpp"
+#include "inferkit/steering/position_selection.hpp"
+#include "inferkit/steering/residual_ops.hpp"
+#include "inferkit/steering/steering_plan.hpp"

@@ -96,3 +96,39 @@ TEST_CASE("online softmax rejects NaN and mismatched sizes", "[core][online_soft
   CHECK_THROWS_WITH(inferkit::merge_attention_states(acc, NAN, v, 0.0f, out), Catch::Contains("lse_a = nan"));
   CHECK_THROWS_AS(inferkit::merge_attention_states(acc, 0.0f, v3, 0.0f, out), std::invalid_argument);
 }
+
+TEST_CASE("merge_attention_states over whole tensors merges every row by its LSE", "[core][online_softmax]") {
+  // [T = 2, H = 3, d = 5]: row (t, h) of A has value t + h + k / 8 and LSE t - h, B its negation
+  // and LSE h / 2; the closed form is the LSE-weighted mean.
+  const inferkit::Index T = 2, H = 3, D = 5;
+  std::vector<float> a(T * H * D), b(T * H * D), out(T * H * D), la(T * H), lb(T * H), lo(T * H);
+  for (inferkit::Index t = 0; t < T; ++t)
+    for (inferkit::Index h = 0; h < H; ++h) {
+      la[t * H + h] = float(t - h);
+      lb[t * H + h] = h == 1 ? -INFINITY : float(h) / 2;  // one empty side
+      for (inferkit::Index k = 0; k < D; ++k) {
+        a[(t * H + h) * D + k] = float(t + h) + float(k) / 8;
+        b[(t * H + h) * D + k] = -a[(t * H + h) * D + k];
+      }
+    }
+  using inferkit::MatrixView;
+  using inferkit::Tensor3View;
+  inferkit::merge_attention_states(Tensor3View<const float>(a.data(), T, H, D), MatrixView<const float>(la.data(), T, H),
+                                   Tensor3View<const float>(b.data(), T, H, D), MatrixView<const float>(lb.data(), T, H),
+                                   Tensor3View<float>(out.data(), T, H, D), MatrixView<float>(lo.data(), T, H));
+  for (inferkit::Index t = 0; t < T; ++t)
+    for (inferkit::Index h = 0; h < H; ++h) {
+      const double wa = std::exp(double(la[t * H + h])), wb = h == 1 ? 0.0 : std::exp(double(lb[t * H + h]));
+      CHECK(lo[t * H + h] == Approx(std::log(wa + wb)).margin(1e-6));
+      for (inferkit::Index k = 0; k < D; ++k) {
+        const double x = a[(t * H + h) * D + k];
+        CHECK(out[(t * H + h) * D + k] == Approx((wa * x - wb * x) / (wa + wb)).margin(1e-6));
+      }
+    }
+  CHECK_THROWS_WITH(inferkit::merge_attention_states(Tensor3View<const float>(a.data(), T, H, D),
+                                                     MatrixView<const float>(la.data(), T, H - 1),
+                                                     Tensor3View<const float>(b.data(), T, H, D),
+                                                     MatrixView<const float>(lb.data(), T, H),
+                                                     Tensor3View<float>(out.data(), T, H, D)),
+                    Catch::Contains("lse_a.cols() = 2"));
+}

@@ -45,3 +45,20 @@ TEST_CASE("Tensor3View slices along each dimension", "[core][view]") {
   CHECK_THROWS_AS(t.slice0(1, 2), std::invalid_argument);
   CHECK_THROWS_WITH((Tensor3View<int>(std::span<int>(data), 2, 3, 5)), Catch::Contains("storage.size() = 24"));
 }
+
+TEST_CASE("Empty views accept the strides a caller computes for them", "[core][view]") {
+  // Zero tokens of a head-major [heads = 8, tokens, dim = 128] buffer viewed as [tokens, heads,
+  // dim]: token stride 128, head stride tokens * 128 = 0.
+  const float* p = nullptr;
+  const Tensor3View<const float> t(p, 0, 8, 128, 128, 0);
+  CHECK(t.dim0() == 0);
+  CHECK(t.slice0(0, 0).dim0() == 0);
+  CHECK(t.at1(3).rows() == 0);
+  const MatrixView<const float> m(p, 0, 128, 0);
+  CHECK(m.empty());
+  // A non-empty view still needs consistent strides, and no stride may be negative.
+  std::vector<float> data(8 * 128);
+  CHECK_THROWS_WITH((Tensor3View<const float>(data.data(), 1, 8, 128, 128, 0)), Catch::Contains("stride1 = 0"));
+  CHECK_THROWS_WITH((Tensor3View<const float>(p, 0, 8, 128, 128, -1)), Catch::Contains("stride1 = -1"));
+  CHECK_THROWS_WITH((MatrixView<float>(data.data(), 2, 4, 3)), Catch::Contains("row_stride = 3"));
+}

@@ -75,6 +75,25 @@ TEST_CASE("a forked table copies a shared partial block before writing into it",
   CHECK(a.blocks().size() == 1);
 }
 
+TEST_CASE("share_page swaps a full page's block for another copy of it", "[kv][paged]") {
+  inferkit::BlockPool<float> pool({1, 1, 1, 2, 8});
+  inferkit::BlockTable<float> t(pool);
+  REQUIRE(t.reserve(3));
+  t.commit(3);
+  const BlockId mine = t.blocks()[0], cached = *pool.allocate();
+  t.share_page(0, cached);
+  CHECK(t.blocks()[0] == cached);
+  CHECK(pool.refcount(cached) == 2);
+  CHECK(pool.refcount(mine) == 0);  // freed
+  t.share_page(0, cached);          // sharing the block already there keeps it alive
+  CHECK(pool.refcount(cached) == 2);
+  CHECK_THROWS_WITH(t.share_page(1, cached), Catch::Contains("page = 1"));  // the partial page
+  CHECK_THROWS_WITH(t.share_page(0, mine), Catch::Contains("not allocated"));
+  pool.release(cached);
+  t.clear();
+  CHECK(pool.used_blocks() == 0);
+}
+
 TEST_CASE("exact identity and exact tokens: one difference stops the match", "[kv][trie]") {
   const Index page = 4;
   inferkit::BlockPool<float> pool({1, 1, 1, page, 64});
@@ -130,6 +149,43 @@ TEST_CASE("eviction: least recently used leaves first, parents after their child
   CHECK(trie.evict(10) == 1);
   CHECK(trie.cached_pages() == 0);
   CHECK(pool.used_blocks() == 0);
+}
+
+TEST_CASE("extend feeds pages one at a time below a pinned path", "[kv][trie]") {
+  const Index page = 2;
+  inferkit::BlockPool<float> pool({1, 1, 1, page, 16});
+  inferkit::PrefixTrie<float> trie(pool);
+  const inferkit::ContextIdentity id{"m"}, other{"m", "", "", 1};
+  const std::vector<TokenId> toks{1, 2, 3, 4, 5, 6};
+  const auto page_of = [&](Index p) { return std::span<const TokenId>(toks).subspan(static_cast<std::size_t>(p * page), 2); };
+  // A sequence that matched nothing feeds its pages as they fill.
+  inferkit::PrefixTrie<float>::Handle h;
+  std::vector<BlockId> own;
+  for (Index p = 0; p < 2; ++p) {
+    own.push_back(*pool.allocate());
+    CHECK(trie.extend(id, h, page_of(p), own.back()) == own.back());
+    CHECK(pool.refcount(own.back()) == 2);  // the sequence and the trie
+  }
+  CHECK(trie.peek(id, toks) == 4);  // the same trie insert() would build
+  CHECK(trie.peek(other, toks) == 0);
+  CHECK(trie.evict(10) == 0);  // the whole fed path is pinned
+  // A second sequence matches the first page and extends with its own copy of the second:
+  // the cached node keeps its block (returned, so the copy can be dropped), the copy is not
+  // retained.
+  auto m = trie.match(id, std::vector<TokenId>{1, 2, 9, 9});
+  CHECK(m.tokens == 2);
+  const BlockId copy = *pool.allocate();
+  CHECK(trie.extend(id, m.handle, page_of(1), copy) == own[1]);
+  CHECK(pool.refcount(copy) == 1);
+  CHECK(trie.stats().inserted_pages == 2);
+  trie.release(h);  // the second sequence still pins both pages
+  CHECK(trie.evict(10) == 0);
+  trie.release(m.handle);
+  pool.release(copy);
+  for (BlockId b : own) pool.release(b);
+  CHECK(trie.evict(10) == 2);
+  CHECK(pool.used_blocks() == 0);
+  CHECK_THROWS_WITH(trie.extend(id, h, std::span<const TokenId>(toks).first(3), 0), Catch::Contains("page.size() = 3"));
 }
 
 TEST_CASE("randomized operations keep the trie, the pool and the holders consistent", "[kv][trie][model]") {

@@ -13,6 +13,7 @@
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/simd.hpp"
+#include "inferkit/core/view.hpp"
 
 namespace inferkit {
 
@@ -100,6 +101,45 @@ inline float merge_attention_states(std::span<const float> o_a, float lse_a, std
   const float inv = 1.0f / (wa + wb);
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = (wa * o_a[i] + wb * o_b[i]) * inv;
   return m + std::log(wa + wb);
+}
+
+/// Merges two partial attentions of a whole batch (cascade attention: a shared prefix attended
+/// once, each suffix on its own; context-parallel shards): o_a, o_b and out are [T, H, d], lse_a,
+/// lse_b and lse_out are [T, H] (natural log). Row (t, h) is merged exactly as the one-row
+/// overload does; lse_out may have no rows when the merged LSE is not needed. out may alias o_a
+/// or o_b, and lse_out may alias lse_a or lse_b.
+/// @throws std::invalid_argument when shapes disagree (the parameter is named) or an LSE is NaN
+///         or +inf.
+inline void merge_attention_states(Tensor3View<const float> o_a, MatrixView<const float> lse_a,
+                                   Tensor3View<const float> o_b, MatrixView<const float> lse_b,
+                                   Tensor3View<float> out, MatrixView<float> lse_out = {}) {
+  const auto same = [&](const char* name, Index got, Index want, const char* what) {
+    require(got == want, name, got, std::string("must equal ") + what + " (" + std::to_string(want) + ")");
+  };
+  same("o_b.dim0()", o_b.dim0(), o_a.dim0(), "o_a.dim0()");
+  same("o_b.dim1()", o_b.dim1(), o_a.dim1(), "o_a.dim1()");
+  same("o_b.dim2()", o_b.dim2(), o_a.dim2(), "o_a.dim2()");
+  same("out.dim0()", out.dim0(), o_a.dim0(), "o_a.dim0()");
+  same("out.dim1()", out.dim1(), o_a.dim1(), "o_a.dim1()");
+  same("out.dim2()", out.dim2(), o_a.dim2(), "o_a.dim2()");
+  same("lse_a.rows()", lse_a.rows(), o_a.dim0(), "o_a.dim0()");
+  same("lse_a.cols()", lse_a.cols(), o_a.dim1(), "o_a.dim1()");
+  same("lse_b.rows()", lse_b.rows(), o_a.dim0(), "o_a.dim0()");
+  same("lse_b.cols()", lse_b.cols(), o_a.dim1(), "o_a.dim1()");
+  const bool want_lse = lse_out.rows() > 0 || lse_out.cols() > 0;
+  if (want_lse) {
+    same("lse_out.rows()", lse_out.rows(), o_a.dim0(), "o_a.dim0()");
+    same("lse_out.cols()", lse_out.cols(), o_a.dim1(), "o_a.dim1()");
+  }
+  const auto d = static_cast<std::size_t>(o_a.dim2());
+  for (Index t = 0; t < o_a.dim0(); ++t) {
+    for (Index h = 0; h < o_a.dim1(); ++h) {
+      const float lse = merge_attention_states(std::span<const float>(o_a.ptr(t, h), d), lse_a(t, h),
+                                               std::span<const float>(o_b.ptr(t, h), d), lse_b(t, h),
+                                               std::span<float>(out.ptr(t, h), d));
+      if (want_lse) lse_out(t, h) = lse;
+    }
+  }
 }
 
 }  // namespace inferkit

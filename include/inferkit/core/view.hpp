@@ -35,7 +35,8 @@ class MatrixView {
       : data_(data), rows_(rows), cols_(cols), row_stride_(row_stride) {
     require(rows >= 0, "rows", rows, "must be >= 0");
     require(cols >= 0, "cols", cols, "must be >= 0");
-    require(row_stride >= cols || rows <= 1, "row_stride", row_stride,
+    // An empty view reaches no element, so any stride a caller computes for it is fine.
+    require(row_stride >= cols || rows <= 1 || cols == 0, "row_stride", row_stride,
             "must be >= cols (" + std::to_string(cols) + ")");
     require(data != nullptr || rows * cols == 0, "data", data, "must be non-null for a non-empty view");
   }
@@ -98,7 +99,11 @@ class Tensor3View {
     require(d0 >= 0, "d0", d0, "must be >= 0");
     require(d1 >= 0, "d1", d1, "must be >= 0");
     require(d2 >= 0, "d2", d2, "must be >= 0");
-    require(stride1 >= d2 || d1 <= 1, "stride1", stride1, "must be >= d2 (" + std::to_string(d2) + ")");
+    // An empty view (e.g. zero tokens of a head-major [heads, tokens, dim] buffer, whose head
+    // stride is then 0) reaches no element, so any non-negative stride is accepted for it.
+    const bool empty = d0 == 0 || d1 == 0 || d2 == 0;
+    require(stride1 >= d2 || d1 <= 1 || empty, "stride1", stride1, "must be >= d2 (" + std::to_string(d2) + ")");
+    require(stride1 >= 0, "stride1", stride1, "must be >= 0");
     require(stride0 >= 0, "stride0", stride0, "must be >= 0");
     require(data != nullptr || d0 * d1 * d2 == 0, "data", data, "must be non-null for a non-empty view");
   }

@@ -65,6 +65,19 @@ class BlockTable {
     tokens_ = tokens;
   }
 
+  /// Replaces the block of full page `page` by `block`, another block holding the same K/V for
+  /// the same tokens (e.g. the prefix trie's copy of a page this sequence computed too): retains
+  /// `block`, releases the old one, so concurrent copies of a prefix collapse into one.
+  /// Throws std::invalid_argument when `page` is not a full page of the table or `block` is not
+  /// allocated.
+  void share_page(Index page, BlockId block) {
+    if (page < 0 || (page + 1) * pool_->page_size() > tokens_) [[unlikely]]
+      throw_invalid_argument("page", page, "must be a full page of the table (" + std::to_string(tokens_ / pool_->page_size()) + " full pages)");
+    pool_->retain(block);  // first: sharing the block already there must not free it
+    pool_->release(blocks_[static_cast<std::size_t>(page)]);
+    blocks_[static_cast<std::size_t>(page)] = block;
+  }
+
   /// Makes room for `n` more tokens: copies a shared, partially filled last block, allocates new
   /// blocks. Returns false (and changes nothing the caller can see) when the pool runs out.
   bool reserve(Index n) {

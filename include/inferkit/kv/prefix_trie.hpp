@@ -152,6 +152,36 @@ class PrefixTrie {
     return added;
   }
 
+  /// Appends one page below a pinned path and moves the pin onto it, so a running sequence
+  /// feeds its pages to the trie as they fill in O(page) each, without re-walking its prefix
+  /// (insert() + match() would cost O(sequence) per page). `h` is a match's handle, or an empty
+  /// handle to start at the root of `id` (with a non-empty handle `id` must be the identity it
+  /// was matched under). A page already cached keeps its block and is pinned; otherwise `block`
+  /// (holding that page's K/V) is stored and retained. Returns the block the trie holds for the
+  /// page: `block` when it was added, else the cached one (the caller may then share that block
+  /// and free its own copy). Throws std::invalid_argument when `page` is not page_size() tokens.
+  BlockId extend(const ContextIdentity& id, Handle& h, std::span<const TokenId> page, BlockId block) {
+    if (static_cast<Index>(page.size()) != page_) [[unlikely]]
+      throw_invalid_argument("page.size()", page.size(), "must be the page size (" + std::to_string(page_) + ")");
+    ++clock_;
+    NodeId parent = h.deepest;
+    if (parent < 0) {  // an empty handle pins from the root, as match() does
+      parent = root(id);
+      ++nodes_[static_cast<std::size_t>(parent)].pins;
+    }
+    NodeId child = find_child(parent, page);
+    if (child < 0) {
+      child = new_node(parent, page, block);
+      ++stats_.inserted_pages;
+    }
+    if (linked(child)) unlink(child);  // pinned: not an eviction candidate until released
+    Node& n = nodes_[static_cast<std::size_t>(child)];
+    ++n.pins;
+    n.last_access = clock_;
+    h.deepest = child;
+    return n.block;
+  }
+
   /// Evicts up to `max_blocks` least recently used unpinned leaves; returns how many went.
   Index evict(Index max_blocks) {
     Index freed = 0;

@@ -1,0 +1,727 @@
+#pragma once
+// Iteration-level scheduler with continuous batching (Orca, Yu et al. 2022), paged KV memory
+// (vLLM, Kwon et al. 2023), chunked prefill under a token budget (Sarathi-Serve, Agrawal et al.
+// 2024) and prefix-aware admission (SGLang, Zheng et al. 2024). Pure logic: no threads, no
+// clocks; time is the iteration count the caller drives, so runs are exactly reproducible.
+//
+// Loop: add_request() whenever requests arrive; plan = schedule(); run the batched forward the
+// plan describes; complete(sampled tokens); repeat. complete() returns the requests that
+// finished.
+//
+// Lifecycle: waiting -> prefilling (one or more chunks) -> decoding -> finished; a running
+// request may be preempted back to waiting (by recompute: its KV is dropped, its generated
+// tokens kept) and later resumes by prefilling prompt + generated. cancel() at any time.
+//
+// Each schedule() fills the token budget in this order:
+//   1. decode rows: one token for every running request that has generated and has exactly one
+//      uncached token, in admission order (never starved: the budget is >= max_sequences);
+//      then speculative draft rows from what is left (ScheduleOptions, set_draft());
+//   2. partial prefills: running requests still prefilling, in admission order, each chunk
+//      min(remaining prompt, remaining budget, max_prefill_chunk);
+//   3. admissions from the waiting queue by policy while budget, max_sequences and memory
+//      allow; an admission matches and pins the longest cached prefix (whole pages, the
+//      request's ContextIdentity) and schedules its first chunk after it.
+// Memory: a chunk is scheduled only with its blocks reserved. When the pool runs out, unpinned
+// trie leaves are evicted first (LRU); then, for running requests only, the most recently
+// admitted running request is preempted (its rows leave the plan) until the blocks fit. An
+// admission never preempts: when its chunk does not fit it waits, and admission stops for the
+// iteration (head-of-line, so the oldest / starving request is not overtaken).
+//
+// Per iteration the work is O(running + admitted) (plus log(waiting) per queue update and a
+// bounded number of LPM hint refreshes), never a scan of the cache or of all waiting requests.
+// Single-threaded: no method may run concurrently with another.
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/view.hpp"
+#include "inferkit/kv/block_pool.hpp"
+#include "inferkit/kv/block_table.hpp"
+#include "inferkit/kv/prefix_trie.hpp"
+#include "inferkit/sampling/logits.hpp"
+#include "inferkit/serving/batch_plan.hpp"
+#include "inferkit/serving/request.hpp"
+
+namespace inferkit {
+
+/// Order in which waiting requests are admitted.
+enum class SchedulingPolicy {
+  kFcfs,                ///< arrival order (a preempted request keeps its arrival rank, so it resumes first)
+  kLongestPrefixMatch,  ///< most cached prefix tokens first (SGLang `lpm`), ties by arrival; anti-starvation bound
+};
+
+/// Scheduler limits and policy (designated initializers; validated by the constructor).
+struct SchedulerConfig {
+  Index max_batched_tokens = 2048;  ///< token budget: rows fed per iteration (>= max_sequences)
+  Index max_sequences = 256;        ///< running requests at most (each gets a decode row every iteration)
+  Index max_prefill_chunk = 0;      ///< prefill tokens per request per iteration; 0 = the remaining budget
+  bool chunked_prefill = true;      ///< false: a prefill runs whole in one iteration (the unchunked baseline)
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;  ///< admission order of waiting requests
+  /// LPM: a request that has waited more than this many iterations is admitted first (in the
+  /// order it started waiting), ahead of longer matches.
+  Index starvation_iterations = 64;
+  /// LPM: cached-prefix hints refreshed per iteration (round robin over the waiting queue; a
+  /// hint is also computed when a request starts waiting). Bounds the per-iteration cost.
+  Index lpm_refresh_per_iteration = 16;
+};
+
+/// Options of one schedule() call.
+struct ScheduleOptions {
+  /// Speculative decoding with drafts the caller writes itself: decode rows of requests without
+  /// set_draft() tokens get up to this many draft slots (kDraftSlot) after their last token.
+  Index reserve_draft_tokens = 0;
+};
+
+/// A request's current state.
+enum class RequestState {
+  kWaiting,     ///< queued (new or preempted); holds no KV
+  kPrefilling,  ///< running, still feeding prompt (or prompt + generated after a preemption)
+  kDecoding,    ///< running, one token per iteration (plus drafts)
+};
+
+/// Counters since construction.
+struct SchedulerStats {
+  std::uint64_t iterations = 0;        ///< schedule() calls
+  std::uint64_t admissions = 0;        ///< admissions (first and after preemption)
+  std::uint64_t preemptions = 0;      ///< running requests preempted (recomputed later)
+  std::uint64_t finished = 0;         ///< requests that met a stop rule
+  std::uint64_t cancelled = 0;        ///< cancel() calls that found a request
+  std::uint64_t prefill_tokens = 0;    ///< prefill rows scheduled (computed)
+  std::uint64_t cached_tokens = 0;     ///< prefill tokens skipped at admission thanks to the prefix trie
+  std::uint64_t decode_tokens = 0;     ///< decode rows scheduled (without drafts)
+  std::uint64_t draft_tokens = 0;      ///< draft rows scheduled
+  std::uint64_t accepted_draft_tokens = 0;  ///< draft tokens accepted in complete()
+  std::uint64_t evicted_pages = 0;     ///< trie pages evicted for room
+};
+
+/// A snapshot of one request.
+template <class T = float>
+struct RequestInfo {
+  RequestState state = RequestState::kWaiting;  ///< waiting, prefilling or decoding
+  Index prompt_tokens = 0;                      ///< prompt length
+  std::span<const TokenId> generated{};  ///< generated tokens so far (valid until the next call)
+  /// Leading tokens whose K/V its table holds as of the last complete() (0 while waiting); a
+  /// plan in flight has committed room for its rows beyond these.
+  Index cached_tokens = 0;
+  Index pinned_tokens = 0;    ///< tokens of its trie path it pins (matched prefix plus pages it fed)
+  Index preemptions = 0;        ///< times it was preempted so far
+  Index waited_iterations = 0;  ///< iterations it has been passed over since it last started waiting
+  const BlockTable<T>* table = nullptr;  ///< its KV while running, else nullptr
+};
+
+/// The scheduler over a block pool and, optionally, a prefix trie on the same pool (both owned
+/// by the caller and outliving the scheduler; the scheduler is their only writer while it
+/// runs). T is the pool's element / storage parameter.
+template <class T = float>
+class Scheduler {
+ public:
+  using Pool = BlockPool<T>;    ///< the KV block pool type
+  using Table = BlockTable<T>;  ///< a request's paged KV
+  using Trie = PrefixTrie<T>;   ///< the prefix cache type
+  using Plan = BatchPlan<T>;    ///< an iteration's plan
+
+  /// `trie` may be nullptr (no prefix caching). Throws std::invalid_argument for a bad config
+  /// or a trie whose page size differs from the pool's.
+  Scheduler(Pool& pool, Trie* trie, SchedulerConfig config) : pool_(&pool), trie_(trie), c_(config) {
+    require(c_.max_sequences >= 1, "max_sequences", c_.max_sequences, "must be >= 1");
+    require(c_.max_batched_tokens >= c_.max_sequences, "max_batched_tokens", c_.max_batched_tokens,
+            "must be >= max_sequences (" + std::to_string(c_.max_sequences) + "), so every running request's decode row fits");
+    require(c_.max_prefill_chunk >= 0, "max_prefill_chunk", c_.max_prefill_chunk, "must be >= 0 (0: the remaining budget)");
+    require(c_.starvation_iterations >= 0, "starvation_iterations", c_.starvation_iterations, "must be >= 0");
+    require(c_.lpm_refresh_per_iteration >= 0, "lpm_refresh_per_iteration", c_.lpm_refresh_per_iteration, "must be >= 0");
+    if (trie_) require(trie_->page_size() == pool.page_size(), "trie page_size", trie_->page_size(), "must equal the pool's page_size (" + std::to_string(pool.page_size()) + ")");
+    page_ = pool.page_size();
+  }
+  /// Releases every request's blocks and trie pins (the pool and trie must still exist).
+  ~Scheduler() {
+    for (auto& [id, r] : records_) release_memory(*r);
+  }
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// The configuration it was built with.
+  const SchedulerConfig& config() const { return c_; }
+  /// Counters since construction.
+  const SchedulerStats& stats() const { return stats_; }
+  /// schedule() calls so far.
+  Index iteration() const { return iteration_; }
+  /// Requests waiting (new or preempted).
+  Index num_waiting() const { return static_cast<Index>(queue_.size()); }
+  /// Requests running (prefilling or decoding; they hold KV).
+  Index num_running() const { return static_cast<Index>(running_.size()); }
+  /// No request waiting or running.
+  bool idle() const { return queue_.empty() && running_.empty(); }
+
+  /// Blocks a request may hold at once: its table at the longest, prompt + max_new_tokens - 1
+  /// tokens (the last generated token is never fed; trie pages it pins are pages of its table).
+  /// add_request() rejects a request needing more than the pool's blocks.
+  Index blocks_needed(Index prompt_tokens, Index max_new_tokens) const {
+    return (prompt_tokens + max_new_tokens - 1 + page_ - 1) / page_;
+  }
+
+  /// Queues a request; returns its id. Throws std::invalid_argument for a bad request (naming
+  /// the field) or one that could never run: more blocks than the pool holds
+  /// (blocks_needed()), or, without chunked prefill, more prefill tokens than the budget.
+  RequestId add_request(RequestParams params) {
+    validate_request(params);
+    const Index p = static_cast<Index>(params.prompt.size()), n = params.max_new_tokens;
+    const Index need = blocks_needed(p, n);
+    if (need > pool_->config().max_blocks)
+      throw_invalid_argument("prompt.size() + max_new_tokens", p + n,
+                             "needs up to " + std::to_string(need) + " KV blocks of " + std::to_string(page_) +
+                                 " tokens, more than the pool's " + std::to_string(pool_->config().max_blocks) +
+                                 ": the request could never run");
+    if (!c_.chunked_prefill && p + n - 1 > c_.max_batched_tokens)
+      throw_invalid_argument("prompt.size() + max_new_tokens", p + n,
+                             "a resumed prefill may feed prompt + max_new_tokens - 1 tokens, more than max_batched_tokens = " +
+                                 std::to_string(c_.max_batched_tokens) + " allows without chunked prefill");
+    auto rec = std::make_unique<Record>(*pool_);
+    Record& r = *rec;
+    r.id = next_id_++;
+    r.tokens = std::move(params.prompt);
+    params.prompt.clear();
+    r.prompt_len = p;
+    r.params = std::move(params);
+    r.arrival = r.id;
+    records_.emplace(r.id, std::move(rec));
+    enqueue(r);
+    return r.id;
+  }
+
+  /// Supplies draft tokens (e.g. n-gram / prompt lookup, or a draft model's) for the request's
+  /// next decode row: the row feeds its last token and up to draft.size() drafts (clipped to the
+  /// budget and to max_new_tokens). Used once; replaced by a later call. Throws
+  /// std::out_of_range for an unknown id, std::invalid_argument for a negative token.
+  void set_draft(RequestId id, std::span<const TokenId> draft) {
+    Record& r = find(id, "set_draft id");
+    for (std::size_t i = 0; i < draft.size(); ++i)
+      if (draft[i] < 0) throw_invalid_argument("draft[" + std::to_string(i) + "]", draft[i], "token ids must be >= 0");
+    r.draft.assign(draft.begin(), draft.end());
+  }
+
+  /// Plans the next iteration (see the header comment for the order and the memory rules).
+  /// Throws std::logic_error if the previous non-empty plan was not complete()d.
+  Plan& schedule(const ScheduleOptions& options = {}) {
+    if (in_flight_) throw std::logic_error("inferkit: schedule() called before complete() of the previous plan");
+    require(options.reserve_draft_tokens >= 0, "reserve_draft_tokens", options.reserve_draft_tokens, "must be >= 0");
+    ++iteration_;
+    ++stats_.iterations;
+    rows_.clear();
+    plan_.preempted.clear();
+    budget_ = c_.max_batched_tokens;
+
+    // 1. Decode rows, admission order. A running request that cannot get its block evicts trie
+    // leaves, then preempts from the most recently admitted (possibly itself).
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      Record& r = *running_[i];
+      if (!is_decode(r)) continue;
+      if (!make_room(r, 1)) continue;  // r itself was preempted
+      add_row(r, 1, false);
+    }
+    // 1b. Speculative drafts from what the decode rows left; never at the price of a preemption.
+    for (std::size_t i = 0; i < rows_.size() && budget_ > 0; ++i) {
+      Row& row = rows_[i];
+      if (row.removed) continue;
+      Record& r = *row.r;
+      const Index room = r.params.max_new_tokens - generated(r) - 1;
+      Index k = r.draft.empty() ? options.reserve_draft_tokens : static_cast<Index>(r.draft.size());
+      k = std::min({k, room, budget_});
+      if (k <= 0 || !evict_for(blocks_to_add(r, k))) continue;
+      grow(r, k);
+      row.n += k;
+      row.drafts = k;
+      budget_ -= k;
+    }
+    // 2. Partial prefills, admission order.
+    for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
+      Record& r = *running_[i];
+      if (r.row >= 0 || is_decode(r)) continue;
+      const Index n = chunk(pending(r));
+      if (!make_room(r, n)) continue;
+      add_row(r, n, true);
+    }
+    // 3. Admissions, unless memory was so short that a running request was preempted (as vLLM:
+    // admitting now would only be preempted again).
+    const Index first_admission = static_cast<Index>(rows_.size());
+    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch) refresh_hints();
+    while (plan_.preempted.empty() && budget_ > 0 && static_cast<Index>(running_.size()) < c_.max_sequences) {
+      Record* r = next_candidate();
+      if (!r || !admit(*r)) break;
+    }
+    build_plan(first_admission);
+    in_flight_ = !plan_.sequences.empty();
+    return plan_;
+  }
+
+  /// Reports the sampled tokens of the last plan: for each sequence with `sample` set, in plan
+  /// order, `counts[i]` tokens (all 1 when `counts` is empty) packed in `tokens`. For a
+  /// speculative row the tokens are the accepted drafts then the correction / bonus token
+  /// (1 .. 1 + draft_tokens); its table is rolled back to the accepted tokens. Appends the
+  /// tokens, applies the stop rules, feeds newly completed full pages to the prefix trie and
+  /// releases finished requests. Returns the requests that finished. Throws
+  /// std::invalid_argument (changing nothing) for a count or token that does not fit the plan;
+  /// std::logic_error without a plan in flight.
+  std::vector<FinishedRequest> complete(std::span<const TokenId> tokens, std::span<const Index> counts = {}) {
+    if (!in_flight_) throw std::logic_error("inferkit: complete() called without a scheduled plan in flight");
+    const Index sampled = plan_.num_sampled();
+    if (!counts.empty() && static_cast<Index>(counts.size()) != sampled)
+      throw_invalid_argument("counts.size()", counts.size(), "must be the plan's sampled sequences (" + std::to_string(sampled) + ")");
+    // Validate everything before changing anything.
+    Index at = 0, k = 0;
+    for (const auto& s : plan_.sequences) {
+      if (!s.sample) continue;
+      const Index c = counts.empty() ? 1 : counts[static_cast<std::size_t>(k)];
+      if (c < 1 || c > 1 + s.draft_tokens)
+        throw_invalid_argument("counts[" + std::to_string(k) + "]", c,
+                               "request " + std::to_string(s.id) + " takes 1 to " + std::to_string(1 + s.draft_tokens) + " tokens");
+      if (at + c > static_cast<Index>(tokens.size()))
+        throw_invalid_argument("tokens.size()", tokens.size(), "is shorter than the counts of the sampled sequences");
+      for (Index j = 0; j < c; ++j) {
+        const TokenId t = tokens[static_cast<std::size_t>(at + j)];
+        if (t < 0) throw_invalid_argument("tokens[" + std::to_string(at + j) + "]", t, "token ids must be >= 0");
+        // Accepted drafts must be the drafts whose K/V the forward wrote.
+        if (j + 1 < c && t != s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)])
+          throw_invalid_argument("tokens[" + std::to_string(at + j) + "]", t,
+                                 "request " + std::to_string(s.id) + " fed draft " +
+                                     std::to_string(s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)]) +
+                                     " there: an accepted token must equal its draft");
+      }
+      at += c;
+      ++k;
+    }
+    if (at != static_cast<Index>(tokens.size()))
+      throw_invalid_argument("tokens.size()", tokens.size(), "must equal the sum of the counts (" + std::to_string(at) + ")");
+
+    std::vector<FinishedRequest> finished;
+    at = 0;
+    k = 0;
+    for (auto& s : plan_.sequences) {
+      Record& r = *plan_records_[static_cast<std::size_t>(&s - plan_.sequences.data())];
+      const Index c = !s.sample ? 0 : counts.empty() ? 1 : counts[static_cast<std::size_t>(k++)];
+      const std::span<const TokenId> got = tokens.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(c));
+      at += c;
+      r.row = -1;
+      r.draft.clear();
+      if (r.cancelled) {
+        drop(r);
+        continue;
+      }
+      if (!s.sample) {
+        r.computed = s.position + s.num_tokens;
+        feed_trie(r);
+        continue;
+      }
+      // The fed rows without drafts, plus the accepted drafts, hold valid K/V.
+      r.computed = s.position + s.num_tokens - s.draft_tokens + (c - 1);
+      stats_.accepted_draft_tokens += static_cast<std::uint64_t>(c - 1);
+      std::optional<StopMatch> stop;
+      for (TokenId t : got) {
+        r.tokens.push_back(t);
+        stop = check_stop(r.params, std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.prompt_len)));
+        if (stop) break;
+      }
+      r.computed = std::min(r.computed, static_cast<Index>(r.tokens.size()));
+      if (r.table.num_tokens() > r.computed) r.table.truncate(r.computed);
+      feed_trie(r);
+      if (stop) finished.push_back(finish(r, *stop));
+    }
+    // Finished and cancelled requests leave the running list in one pass.
+    std::erase_if(running_, [](const Record* r) { return r->gone; });
+    for (const auto& f : finished) records_.erase(f.id);
+    for (RequestId id : cancelled_in_flight_) records_.erase(id);
+    cancelled_in_flight_.clear();
+    in_flight_ = false;
+    return finished;
+  }
+
+  /// Cancels a request in any state and releases what it holds (KV blocks, trie pins); a
+  /// request in the plan in flight is released by complete() (the forward may still write its
+  /// K/V), and is gone for every query at once. Returns false for an unknown or finished id.
+  bool cancel(RequestId id) {
+    const auto it = records_.find(id);
+    if (it == records_.end() || it->second->cancelled) return false;
+    Record& r = *it->second;
+    ++stats_.cancelled;
+    if (in_flight_ && r.row >= 0) {
+      r.cancelled = true;
+      cancelled_in_flight_.push_back(id);
+      return true;
+    }
+    if (r.running) {
+      running_.erase(std::find(running_.begin(), running_.end(), &r));
+      release_memory(r);
+    } else {
+      dequeue(r);
+    }
+    records_.erase(it);
+    return true;
+  }
+
+  /// Whether `id` is waiting or running (not finished, not cancelled).
+  bool contains(RequestId id) const {
+    const auto it = records_.find(id);
+    return it != records_.end() && !it->second->cancelled;
+  }
+
+  /// A snapshot of a waiting or running request. Throws std::out_of_range for another id.
+  RequestInfo<T> info(RequestId id) const {
+    const Record& r = find(id, "info id");
+    RequestInfo<T> i;
+    i.state = !r.running ? RequestState::kWaiting : is_decode(r) ? RequestState::kDecoding : RequestState::kPrefilling;
+    i.prompt_tokens = r.prompt_len;
+    i.generated = std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.prompt_len));
+    i.cached_tokens = r.running ? r.computed : 0;
+    i.pinned_tokens = r.trie_pages * page_;
+    i.preemptions = r.preemptions;
+    i.waited_iterations = r.running ? 0 : std::max<Index>(0, iteration_ - r.enqueued_at);
+    i.table = r.running ? &r.table : nullptr;
+    return i;
+  }
+
+  /// Ids of the running requests in admission order (oldest first).
+  std::vector<RequestId> running_ids() const {
+    std::vector<RequestId> ids;
+    ids.reserve(running_.size());
+    for (const Record* r : running_) ids.push_back(r->id);
+    return ids;
+  }
+
+  /// Ids of the waiting requests in the order the policy would admit them now (starving
+  /// requests first under LPM). O(waiting); for inspection.
+  std::vector<RequestId> waiting_ids() const {
+    std::vector<RequestId> ids;
+    std::vector<const Record*> seen;
+    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch)
+      for (const auto& e : aging_) {
+        const Record* r = std::get<2>(e);
+        if (iteration_ - r->enqueued_at <= c_.starvation_iterations) break;  // as the next schedule() will see it
+        ids.push_back(r->id);
+        seen.push_back(r);
+      }
+    for (const auto& e : queue_) {
+      const Record* r = std::get<2>(e);
+      if (std::find(seen.begin(), seen.end(), r) == seen.end()) ids.push_back(r->id);
+    }
+    return ids;
+  }
+
+ private:
+  struct Record {
+    explicit Record(Pool& pool) : table(pool) {}
+    RequestId id = -1;
+    RequestParams params;
+    std::vector<TokenId> tokens;  // prompt then generated
+    Index prompt_len = 0;
+    Index computed = 0;           // leading tokens whose K/V the table holds (after complete())
+    Table table;
+    typename Trie::Handle handle;
+    Index trie_pages = 0;         // pages of tokens on the pinned trie path
+    bool running = false, cancelled = false, gone = false;
+    std::uint64_t arrival = 0, admitted = 0;
+    Index enqueued_at = 0;        // iteration_ when it last started waiting
+    Index hint = 0;               // LPM: cached prefix tokens when last looked up
+    std::vector<TokenId> draft;
+    Index row = -1;               // its row in this iteration's plan
+    Index preemptions = 0;
+  };
+  struct Row {
+    Record* r;
+    Index position, n, drafts;
+    bool prefill, removed;
+  };
+  // Waiting queue keys: (policy rank, arrival, record); arrival is unique so records never compare.
+  using Key = std::tuple<Index, std::uint64_t, Record*>;
+
+  static Index generated(const Record& r) { return static_cast<Index>(r.tokens.size()) - r.prompt_len; }
+  static Index pending(const Record& r) { return static_cast<Index>(r.tokens.size()) - r.computed; }
+  static bool is_decode(const Record& r) { return r.running && generated(r) > 0 && pending(r) == 1; }
+  Index waited(const Record& r) const { return std::max<Index>(0, iteration_ - 1 - r.enqueued_at); }
+
+  Record& find(RequestId id, const char* what) const {
+    const auto it = records_.find(id);
+    if (it == records_.end() || it->second->cancelled) throw_out_of_range(what, id, "no waiting or running request has this id");
+    return *it->second;
+  }
+
+  Key queue_key(const Record& r) const {
+    const Index rank = c_.policy == SchedulingPolicy::kLongestPrefixMatch ? -r.hint : 0;
+    return {rank, r.arrival, const_cast<Record*>(&r)};
+  }
+  Key aging_key(const Record& r) const { return {r.enqueued_at, r.arrival, const_cast<Record*>(&r)}; }
+
+  void enqueue(Record& r) {
+    r.enqueued_at = iteration_;
+    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch) {
+      r.hint = trie_ ? trie_->peek(r.params.identity, r.tokens) : 0;
+      aging_.insert(aging_key(r));
+    }
+    queue_.insert(queue_key(r));
+  }
+  void dequeue(Record& r) {
+    queue_.erase(queue_key(r));
+    // The refresh cursor may keep this key: upper_bound() of a departed key is still the next one.
+    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch) aging_.erase(aging_key(r));
+  }
+
+  // LPM: refresh a bounded number of cached-prefix hints, round robin in waiting order.
+  void refresh_hints() {
+    if (!trie_ || aging_.empty()) return;
+    Index left = std::min<Index>(c_.lpm_refresh_per_iteration, static_cast<Index>(aging_.size()));
+    auto it = refresh_cursor_ ? aging_.upper_bound(*refresh_cursor_) : aging_.begin();
+    for (; left > 0; --left) {
+      if (it == aging_.end()) it = aging_.begin();
+      Record& r = *std::get<2>(*it);
+      const Index h = trie_->peek(r.params.identity, r.tokens);
+      if (h != r.hint) {
+        queue_.erase(queue_key(r));
+        r.hint = h;
+        queue_.insert(queue_key(r));
+      }
+      refresh_cursor_ = *it;
+      ++it;
+    }
+  }
+
+  Record* next_candidate() {
+    if (queue_.empty()) return nullptr;
+    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch) {
+      Record* oldest = std::get<2>(*aging_.begin());
+      if (waited(*oldest) > c_.starvation_iterations) return oldest;
+    }
+    return std::get<2>(*queue_.begin());
+  }
+
+  Index chunk(Index pending_tokens) const {
+    Index n = std::min(pending_tokens, budget_);
+    if (c_.max_prefill_chunk > 0) n = std::min(n, c_.max_prefill_chunk);
+    return n;
+  }
+
+  // Blocks the pool must supply for `n` more tokens of r. A scheduler-owned table never has a
+  // shared, partially filled last page (matches and shared pages are whole pages), so reserve()
+  // never copies on write here.
+  Index blocks_to_add(const Record& r, Index n) const {
+    const Table& t = r.table;
+    return std::max<Index>((t.num_tokens() + n + page_ - 1) / page_ - static_cast<Index>(t.blocks().size()), 0);
+  }
+
+  // Evicts unpinned trie leaves (each frees one block: every block a running table holds is
+  // on a pinned path or outside the trie) until `blocks` are free.
+  bool evict_for(Index blocks) {
+    while (pool_->free_blocks() < blocks) {
+      if (!trie_ || trie_->evict(1) == 0) return false;
+      ++stats_.evicted_pages;
+    }
+    return true;
+  }
+
+  // Room for `n` more tokens of running request r: evict, then preempt the most recently
+  // admitted running request until it fits. False when r itself was preempted.
+  bool make_room(Record& r, Index n) {
+    while (!evict_for(blocks_to_add(r, n))) {
+      Record* victim = running_.back();
+      preempt(*victim);
+      if (victim == &r) return false;
+    }
+    grow(r, n);
+    return true;
+  }
+
+  void grow(Record& r, Index n) {
+    if (blocks_to_add(r, n) > 0) {  // reserve() only when blocks are needed (most decode rows fit)
+      const bool ok = r.table.reserve(n);
+      require(ok, "reserve", n, "failed after room was made (pool used outside the scheduler?)");
+    }
+    r.table.commit(n);
+  }
+
+  void add_row(Record& r, Index n, bool prefill) {
+    r.row = static_cast<Index>(rows_.size());
+    rows_.push_back(Row{&r, r.computed, n, 0, prefill, false});
+    budget_ -= n;
+  }
+
+  // Drops what a running request holds: trie pins and KV blocks.
+  void release_memory(Record& r) {
+    if (trie_ && r.handle.deepest >= 0) trie_->release(r.handle);
+    r.handle = {};
+    r.trie_pages = 0;
+    r.table.clear();
+    r.computed = 0;
+    r.running = false;
+  }
+
+  // Preemption by recompute (vLLM): the victim is the back of running_; its planned row (if
+  // any) leaves the plan and gives its budget back; its generated tokens stay, and it resumes
+  // by prefilling prompt + generated (its full pages remain cached in the trie until evicted).
+  void preempt(Record& r) {
+    if (r.row >= 0) {
+      Row& row = rows_[static_cast<std::size_t>(r.row)];
+      row.removed = true;
+      budget_ += row.n;
+      r.row = -1;
+    }
+    running_.pop_back();
+    release_memory(r);
+    r.draft.clear();
+    ++r.preemptions;
+    ++stats_.preemptions;
+    plan_.preempted.push_back(r.id);
+    enqueue(r);
+  }
+
+  // Admission: match and pin the cached prefix, reserve the first chunk after it. The last
+  // token is always computed (its logits give the next token), so only whole pages of the
+  // tokens before it are matched (as vLLM): a sequence cached whole recomputes its last page,
+  // which happens only when its length is a multiple of the page. The alternative, cutting the
+  // table one token short and copying the shared last page on write, saves at most a page of
+  // compute and needs a truncation inside a cached page, which per-channel quantized pages
+  // cannot do.
+  bool admit(Record& r) {
+    typename Trie::Match m;
+    const Index len = static_cast<Index>(r.tokens.size());
+    if (trie_) m = trie_->match(r.params.identity, std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(len - 1)));
+    const Index cached = m.tokens;
+    const Index n = c_.chunked_prefill ? chunk(len - cached) : len - cached;
+    const auto undo = [&] {
+      r.table.clear();
+      if (trie_ && m.handle.deepest >= 0) trie_->release(m.handle);
+      return false;
+    };
+    if (n > budget_ || n <= 0) return undo();
+    r.table.assign_prefix(m.blocks, m.tokens);
+    if (!evict_for(blocks_to_add(r, n))) return undo();
+    dequeue(r);
+    r.handle = m.handle;
+    r.trie_pages = m.tokens / page_;
+    r.computed = cached;
+    r.running = true;
+    r.admitted = ++admission_seq_;
+    running_.push_back(&r);
+    grow(r, n);
+    add_row(r, n, true);
+    ++stats_.admissions;
+    stats_.cached_tokens += static_cast<std::uint64_t>(cached);
+    return true;
+  }
+
+  // Feeds the request's newly completed full pages to the trie and pins them (O(page) each).
+  // A page the trie already holds under another block (another request computed it at the same
+  // time, or a cached last page this request recomputed) is shared and the request's copy freed
+  // (SGLang does the same), so a running request never holds more than its table's pages.
+  void feed_trie(Record& r) {
+    if (!trie_) return;
+    while ((r.trie_pages + 1) * page_ <= r.computed) {
+      const auto page = std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.trie_pages * page_), static_cast<std::size_t>(page_));
+      const BlockId mine = r.table.blocks()[static_cast<std::size_t>(r.trie_pages)];
+      const BlockId cached = trie_->extend(r.params.identity, r.handle, page, mine);
+      if (cached != mine) r.table.share_page(r.trie_pages, cached);
+      ++r.trie_pages;
+    }
+  }
+
+  FinishedRequest finish(Record& r, const StopMatch& stop) {
+    FinishedRequest f;
+    f.id = r.id;
+    f.reason = stop.reason;
+    f.stop_sequence = stop.stop_sequence;
+    f.generated_tokens = generated(r);
+    f.prompt_tokens = r.prompt_len;
+    f.preemptions = r.preemptions;
+    f.output.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(r.prompt_len), r.tokens.end() - static_cast<std::ptrdiff_t>(stop.trim));
+    release_memory(r);
+    r.gone = true;
+    ++stats_.finished;
+    return f;
+  }
+
+  void drop(Record& r) {  // a request cancelled while its plan was in flight
+    release_memory(r);
+    r.gone = true;
+  }
+
+  void build_plan(Index first_admission) {
+    Plan& p = plan_;
+    p.iteration = iteration_;
+    p.sequences.clear();
+    p.token_ids.clear();
+    p.positions.clear();
+    p.cu_q.assign(1, 0);
+    p.logit_rows.clear();
+    p.num_decode = p.num_prefill = p.num_admitted = 0;
+    plan_records_.clear();
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      Row& row = rows_[i];
+      if (row.removed) continue;
+      Record& r = *row.r;
+      r.row = static_cast<Index>(p.sequences.size());
+      ScheduledSequence<T> s;
+      s.id = r.id;
+      s.table = &r.table;
+      s.position = row.position;
+      s.num_tokens = row.n;
+      s.offset = static_cast<Index>(p.token_ids.size());
+      s.draft_tokens = row.drafts;
+      s.prefill = row.prefill;
+      const Index fed = row.n - row.drafts;
+      s.sample = row.position + fed == static_cast<Index>(r.tokens.size());
+      s.seed = r.params.seed;
+      s.draw_index = generated(r);
+      s.context = std::span<const TokenId>(r.tokens);
+      for (Index j = 0; j < fed; ++j) {
+        p.token_ids.push_back(r.tokens[static_cast<std::size_t>(row.position + j)]);
+        p.positions.push_back(row.position + j);
+      }
+      for (Index j = 0; j < row.drafts; ++j) {
+        p.token_ids.push_back(r.draft.empty() ? kDraftSlot : r.draft[static_cast<std::size_t>(j)]);
+        p.positions.push_back(row.position + fed + j);
+      }
+      if (s.sample)
+        for (Index j = fed - 1; j < row.n; ++j) p.logit_rows.push_back(s.offset + j);
+      p.cu_q.push_back(static_cast<Index>(p.token_ids.size()));
+      if (row.prefill) {
+        ++p.num_prefill;
+        stats_.prefill_tokens += static_cast<std::uint64_t>(row.n);
+      } else {
+        ++p.num_decode;
+        stats_.decode_tokens += 1;
+        stats_.draft_tokens += static_cast<std::uint64_t>(row.drafts);
+      }
+      if (static_cast<Index>(i) >= first_admission) ++p.num_admitted;
+      p.sequences.push_back(s);
+      plan_records_.push_back(&r);
+    }
+    for (auto& s : p.sequences)  // spans once token_ids no longer grows
+      s.tokens = std::span<TokenId>(p.token_ids).subspan(static_cast<std::size_t>(s.offset), static_cast<std::size_t>(s.num_tokens));
+  }
+
+  Pool* pool_;
+  Trie* trie_;
+  SchedulerConfig c_;
+  Index page_ = 1;
+  Index iteration_ = 0, budget_ = 0;
+  RequestId next_id_ = 0;
+  std::uint64_t admission_seq_ = 0;
+  bool in_flight_ = false;
+  std::unordered_map<RequestId, std::unique_ptr<Record>> records_;
+  std::vector<Record*> running_;  // admission order
+  std::set<Key> queue_;           // waiting, in policy order
+  std::set<Key> aging_;           // LPM: waiting, by (enqueued_at, arrival)
+  std::optional<Key> refresh_cursor_;
+  std::vector<Row> rows_;
+  std::vector<Record*> plan_records_;  // the record of each plan sequence
+  std::vector<RequestId> cancelled_in_flight_;
+  Plan plan_;
+  SchedulerStats stats_;
+};
+
+}  // namespace inferkit
