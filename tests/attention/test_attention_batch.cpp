@@ -117,10 +117,8 @@ TEST_CASE("one 2,000-token chunk batched with 63 decode rows (k + 1 = 2..5 for s
     counts.push_back(rows);
   }
   AttentionOptions opt;
-  opt.alibi = true;
-  opt.window = 700;
+  opt.alibi = true;  // (windows and the other options: the tests above)
   check_batch(batch, counts, hq, opt, 3);
-  check_batch(batch, counts, hq, {}, 4);
 }
 
 TEST_CASE("batch with explicit query positions", "[attention][batch]") {
@@ -153,6 +151,12 @@ TEST_CASE("batch rejects inconsistent inputs, naming the parameter", "[attention
   inferkit::Tensor3View<float> ov(out.data(), 5, 4, 8);
   const std::vector<std::int32_t> cu{0, 2, 5};
   CHECK_NOTHROW(inferkit::attention_batch(qv, cu, src, ov));
+  // Index offsets (serving's BatchPlan::cu_q) give the same result and the same errors.
+  const std::vector<float> by_int32 = out;
+  std::fill(out.begin(), out.end(), -1.0f);
+  inferkit::attention_batch(qv, std::vector<Index>{0, 2, 5}, src, ov);
+  CHECK(out == by_int32);
+  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<Index>{0, 2, 4}, src, ov), Contains("cu_q.back() = 4"));
   CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 5}, src, ov), Contains("cu_q.size() = 2"));
   CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 2, 4}, src, ov), Contains("cu_q.back() = 4"));
   CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 6, 5}, src, ov), Contains("cu_q[2] = 5"));

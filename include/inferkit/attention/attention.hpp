@@ -219,6 +219,40 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
   detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt);
 }
 
+namespace detail {
+
+/// attention_batch for either offset type.
+template <class Offset, class Sources>
+void attention_batch_impl(Tensor3View<const float> q, std::span<const Offset> cu_q, const Sources& kv,
+                          Tensor3View<float> out, MatrixView<float> lse, const AttentionOptions& opt) {
+  using S = std::ranges::range_value_t<Sources>;
+  const std::span<const S> sources(std::ranges::data(kv), std::ranges::size(kv));
+  const auto batch = static_cast<Index>(sources.size());
+  require(static_cast<Index>(cu_q.size()) == batch + 1, "cu_q.size()", cu_q.size(),
+          "must equal the number of KV sources + 1 (" + std::to_string(batch + 1) + ")");
+  const Index hkv = batch > 0 ? sources[0].num_kv_heads() : q.dim1();
+  const Index head_dim = batch > 0 ? sources[0].head_dim() : q.dim2();
+  for (Index b = 1; b < batch; ++b) {
+    const S& s = sources[static_cast<std::size_t>(b)];
+    require(s.num_kv_heads() == hkv, "kv[" + std::to_string(b) + "].num_kv_heads()", s.num_kv_heads(),
+            "must equal kv[0].num_kv_heads() (" + std::to_string(hkv) + ")");
+    require(s.head_dim() == head_dim, "kv[" + std::to_string(b) + "].head_dim()", s.head_dim(),
+            "must equal kv[0].head_dim() (" + std::to_string(head_dim) + ")");
+  }
+  const ProblemBuilder builder(q, out, lse, hkv, head_dim, opt);
+  validate_offsets(cu_q, "cu_q", q.dim0(), "q.dim0()");
+  std::vector<SequenceTask<S>> tasks;
+  tasks.reserve(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b) {
+    const S& s = sources[static_cast<std::size_t>(b)];
+    tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], last_position(s)), &s});
+  }
+  run_attention<S>(tasks, hkv, opt);
+}
+
+
+}  // namespace detail
+
 /// Attention of a batch whose sequences each bring their own KV source, in one parallel pass:
 /// the attention step of continuous batching, where one iteration runs prefill chunks of some
 /// sequences and decode rows (1 token, or k + 1 for speculative verification) of others.
@@ -257,29 +291,17 @@ template <class Sources>
            KvSource<std::ranges::range_value_t<Sources>>
 void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, const Sources& kv,
                      Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
-  using S = std::ranges::range_value_t<Sources>;
-  const std::span<const S> sources(std::ranges::data(kv), std::ranges::size(kv));
-  const auto batch = static_cast<Index>(sources.size());
-  require(static_cast<Index>(cu_q.size()) == batch + 1, "cu_q.size()", cu_q.size(),
-          "must equal the number of KV sources + 1 (" + std::to_string(batch + 1) + ")");
-  const Index hkv = batch > 0 ? sources[0].num_kv_heads() : q.dim1();
-  const Index head_dim = batch > 0 ? sources[0].head_dim() : q.dim2();
-  for (Index b = 1; b < batch; ++b) {
-    const S& s = sources[static_cast<std::size_t>(b)];
-    require(s.num_kv_heads() == hkv, "kv[" + std::to_string(b) + "].num_kv_heads()", s.num_kv_heads(),
-            "must equal kv[0].num_kv_heads() (" + std::to_string(hkv) + ")");
-    require(s.head_dim() == head_dim, "kv[" + std::to_string(b) + "].head_dim()", s.head_dim(),
-            "must equal kv[0].head_dim() (" + std::to_string(head_dim) + ")");
-  }
-  const detail::ProblemBuilder builder(q, out, lse, hkv, head_dim, opt);
-  detail::validate_offsets(cu_q, "cu_q", q.dim0(), "q.dim0()");
-  std::vector<detail::SequenceTask<S>> tasks;
-  tasks.reserve(static_cast<std::size_t>(batch));
-  for (Index b = 0; b < batch; ++b) {
-    const S& s = sources[static_cast<std::size_t>(b)];
-    tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], last_position(s)), &s});
-  }
-  detail::run_attention<S>(tasks, hkv, opt);
+  detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
+}
+
+/// attention_batch with Index (std::ptrdiff_t) query offsets, as serving's BatchPlan::cu_q
+/// holds them; otherwise identical (same parameters, errors and thread-safety).
+template <class Sources>
+  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+           KvSource<std::ranges::range_value_t<Sources>>
+void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv,
+                     Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+  detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
 }
 
 }  // namespace inferkit

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -52,8 +53,8 @@ inline void position_range(TokenPositions pos, Index n, std::int64_t& lo, std::i
 
 /// Checks batch offsets: cu[0] == 0, non-decreasing, cu.back() == total (`total_name` says
 /// what total is, e.g. "q.dim0()"). Messages name the offending entry.
-inline void validate_offsets(std::span<const std::int32_t> cu, std::string_view name, Index total,
-                             std::string_view total_name) {
+template <std::integral I>
+void validate_offsets(std::span<const I> cu, std::string_view name, Index total, std::string_view total_name) {
   const std::string n(name);
   require(!cu.empty(), n + ".size()", cu.size(), "must be >= 1 (batch + 1 offsets)");
   require(cu[0] == 0, n + "[0]", cu[0], "must be 0");
