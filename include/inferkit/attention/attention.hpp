@@ -11,6 +11,8 @@
 // pieces (flash-decoding) merged exactly; longer queries take the prefill path, parallel over
 // (KV head, query tile). Work is split by the problem's shape only, so the result does not
 // depend on the thread count. Masks, positions, ALiBi and soft-capping: attention/options.hpp.
+// With options.batch_invariant every row runs the prefill kernel over fixed key tiles and fixed
+// KV splits instead, so its bits are also independent of the batch and of the chunking.
 
 #include <algorithm>
 #include <cmath>
