@@ -3,22 +3,30 @@
 //
 //   attention(q, kv, out, lse, options)        one sequence: q [Tq, Hq, d] against a KV source
 //   attention_varlen(q, cu_q, k, v, cu_k, ...) a padding-free batch: sequences packed back to back
+//   attention_batch(q, cu_q, sources, ...)     a serving batch: each sequence's queries against its
+//                                              own KV source (paged block table, dense cache, ...)
 //
 // Exact softmax by tiles (FlashAttention-2); fp32 accumulation; memory independent of Tq * Tk.
 // Up to kDecodeMaxQueries query tokens take the decode path, which splits the KV range into
 // pieces (flash-decoding) merged exactly; longer queries take the prefill path, parallel over
 // (KV head, query tile). Work is split by the problem's shape only, so the result does not
 // depend on the thread count. Masks, positions, ALiBi and soft-capping: attention/options.hpp.
+// With options.batch_invariant every row runs the prefill kernel over fixed key tiles and fixed
+// KV splits instead, so its bits are also independent of the batch and of the chunking.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <ranges>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "inferkit/attention/alibi.hpp"
 #include "inferkit/attention/dense_kv.hpp"
 #include "inferkit/attention/detail/decode_kernel.hpp"
+#include "inferkit/attention/detail/invariant_kernel.hpp"
 #include "inferkit/attention/detail/prefill_kernel.hpp"
 #include "inferkit/attention/detail/problem.hpp"
 #include "inferkit/attention/gqa.hpp"
@@ -43,7 +51,7 @@ inline Index decode_split_tokens(Index num_tokens, Index num_kv_heads, Index req
 template <KvSource S>
 struct SequenceTask {
   SequenceProblem problem;
-  S kv;
+  const S* kv = nullptr;  // outlives the call
 };
 
 struct WorkUnit {
@@ -59,10 +67,13 @@ struct DecodeLayout {
 };
 
 /// Runs every task: prefill units write their output directly; decode units write partial states
-/// that a second parallel pass merges in split order.
+/// that a second parallel pass merges in split order. In batch-invariant mode every unit runs
+/// the lanes kernel: query tiles fold fixed KV splits in order themselves; short queries get one
+/// unit per fixed split, folded in the same order afterwards (invariant_kernel.hpp).
 template <KvSource S>
-void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, int num_threads,
-                   Index kv_split_tokens) {
+void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, const AttentionOptions& opt) {
+  const bool invariant = opt.batch_invariant;
+  const Index invariant_split = opt.kv_split_tokens > 0 ? opt.kv_split_tokens : kBatchInvariantSplitTokens;
   std::vector<WorkUnit> units;
   std::vector<DecodeLayout> decodes;
   std::size_t partial_rows = 0;
@@ -71,10 +82,12 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
     const Index tq = p.num_queries();
     if (tq == 0) continue;
     if (tq <= kDecodeMaxQueries) {
-      const Index tk = tasks[i].kv.num_tokens();
-      const Index per = decode_split_tokens(tk, num_kv_heads, kv_split_tokens);
-      DecodeLayout lay{i, std::max<Index>(1, ceil_div(tk, per)), tq * p.group, decode_padded_rows(tq * p.group),
-                       decode_padded_dim(p.head_dim()), partial_rows};
+      const Index tk = tasks[i].kv->num_tokens();
+      const Index per = invariant ? invariant_split : decode_split_tokens(tk, num_kv_heads, opt.kv_split_tokens);
+      const Index rows = tq * p.group;
+      DecodeLayout lay{i, std::max<Index>(1, ceil_div(tk, per)), rows,
+                       invariant ? lanes_padded_rows(rows) : decode_padded_rows(rows), decode_padded_dim(p.head_dim()),
+                       partial_rows};
       for (Index g = 0; g < num_kv_heads; ++g)
         for (Index s = 0; s < lay.splits; ++s)
           units.push_back({i, g, s * per, std::min(tk, (s + 1) * per), s});
@@ -102,7 +115,7 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
   std::vector<Index> decode_index(tasks.size(), -1);
   for (std::size_t k = 0; k < decodes.size(); ++k) decode_index[decodes[k].task] = static_cast<Index>(k);
 
-  const int threads = resolve_threads(num_threads);
+  const int threads = resolve_threads(opt.num_threads);
   const auto n_units = static_cast<std::int64_t>(units.size());
 #pragma omp parallel num_threads(threads) if (n_units > 1)
   {
@@ -113,15 +126,16 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
       const WorkUnit& w = units[static_cast<std::size_t>(u)];
       const SequenceTask<S>& task = tasks[w.task];
       if (w.split < 0) {
-        prefill_unit(task.problem, task.kv, w.kv_head, w.begin, w.end, pre);
+        prefill_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre, invariant ? invariant_split : 0);
       } else {
         const auto k = static_cast<std::size_t>(decode_index[w.task]);
         const DecodeLayout& lay = decodes[k];
         const std::size_t slot = static_cast<std::size_t>(w.kv_head * lay.splits + w.split);
-        decode_partial(task.problem, task.kv, w.kv_head, w.begin, w.end, dec,
-                       part_o.data() + o_offset[k] + slot * lay.padded_rows * lay.padded_dim,
-                       part_m.data() + lay.offset + slot * lay.padded_rows,
-                       part_l.data() + lay.offset + slot * lay.padded_rows);
+        float* o = part_o.data() + o_offset[k] + slot * lay.padded_rows * lay.padded_dim;
+        float* m = part_m.data() + lay.offset + slot * lay.padded_rows;
+        float* l = part_l.data() + lay.offset + slot * lay.padded_rows;
+        if (invariant) invariant_split_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre, o, m, l);
+        else decode_partial(task.problem, *task.kv, w.kv_head, w.begin, w.end, dec, o, m, l);
       }
     }
 
@@ -134,6 +148,15 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
       const DecodeLayout& lay = decodes[k];
       const SequenceProblem& p = tasks[lay.task].problem;
       const Index d = p.head_dim(), Dp = lay.padded_dim, Rp = lay.padded_rows;
+      if (invariant) {
+        const std::size_t slot0 = static_cast<std::size_t>(g * lay.splits);
+        pre.wa.resize(static_cast<std::size_t>(Rp));
+        pre.wb.resize(static_cast<std::size_t>(Rp));
+        invariant_fold_splits(p, g, lay.splits, Rp, Dp, part_o.data() + o_offset[k] + slot0 * Rp * Dp,
+                              static_cast<std::size_t>(Rp * Dp), part_m.data() + lay.offset + slot0 * Rp,
+                              part_l.data() + lay.offset + slot0 * Rp, pre.wa.data(), pre.wb.data());
+        continue;
+      }
       for (Index r = 0; r < lay.rows; ++r) {
         SoftmaxStats total;
         float* first_o = nullptr;
@@ -156,35 +179,6 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, i
   }
 }
 
-inline void validate_query_output(const Tensor3View<const float>& q, const Tensor3View<float>& out,
-                                  const MatrixView<float>& lse, Index head_dim) {
-  require(q.dim2() == head_dim, "q.dim2()", q.dim2(), "must equal the KV head_dim (" + std::to_string(head_dim) + ")");
-  require(out.dim0() == q.dim0(), "out.dim0()", out.dim0(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-  require(out.dim1() == q.dim1(), "out.dim1()", out.dim1(), "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
-  require(out.dim2() == q.dim2(), "out.dim2()", out.dim2(), "must equal q.dim2() (" + std::to_string(q.dim2()) + ")");
-  if (lse.rows() > 0 || lse.cols() > 0) {
-    require(lse.rows() == q.dim0(), "lse.rows()", lse.rows(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-    require(lse.cols() == q.dim1(), "lse.cols()", lse.cols(), "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
-  }
-}
-
-/// ALiBi slopes per query head: the caller's, the standard ones, or none.
-inline std::vector<float> resolve_slopes(const AttentionOptions& opt, Index num_q_heads) {
-  if (!opt.alibi_slopes.empty()) return {opt.alibi_slopes.begin(), opt.alibi_slopes.end()};
-  if (opt.alibi) return alibi_slopes(num_q_heads);
-  return {};
-}
-
-inline void validate_query_positions(const AttentionOptions& opt, Index num_queries) {
-  if (!opt.query_positions.empty())
-    require(static_cast<Index>(opt.query_positions.size()) == num_queries, "query_positions.size()",
-            opt.query_positions.size(), "must equal q.dim0() (" + std::to_string(num_queries) + ")");
-}
-
-inline float resolve_scale(const AttentionOptions& opt, Index head_dim) {
-  return opt.scale ? *opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-}
-
 }  // namespace detail
 
 /// Attention of one sequence's queries q [Tq, Hq, d] over every token of kv. Writes out
@@ -193,27 +187,9 @@ inline float resolve_scale(const AttentionOptions& opt, Index head_dim) {
 template <KvSource S>
 void attention(Tensor3View<const float> q, const S& kv, Tensor3View<float> out, MatrixView<float> lse = {},
                const AttentionOptions& opt = {}) {
-  const HeadGroups groups(q.dim1(), kv.num_kv_heads());
-  detail::validate_options(opt, q.dim1());
-  detail::validate_query_output(q, out, lse, kv.head_dim());
-  detail::validate_query_positions(opt, q.dim0());
-  const std::vector<float> slopes = detail::resolve_slopes(opt, q.dim1());
-
-  detail::SequenceProblem p;
-  p.q = q;
-  p.out = out;
-  p.lse = lse;
-  p.q_pos = opt.query_positions.empty()
-                ? TokenPositions{nullptr, last_position(kv) - static_cast<std::int32_t>(q.dim0() - 1)}
-                : TokenPositions{opt.query_positions.data(), 0};
-  p.group = groups.group_size();
-  p.scale = detail::resolve_scale(opt, kv.head_dim());
-  p.mask = {opt.causal, opt.window};
-  p.softcap = opt.softcap;
-  p.slopes = slopes.empty() ? nullptr : slopes.data();
-  const detail::SequenceTask<S> task{p, kv};
-  detail::run_attention<S>(std::span<const detail::SequenceTask<S>>(&task, 1), kv.num_kv_heads(), opt.num_threads,
-                           opt.kv_split_tokens);
+  const detail::ProblemBuilder builder(q, out, lse, kv.num_kv_heads(), kv.head_dim(), opt);
+  const detail::SequenceTask<S> task{builder.sequence(0, q.dim0(), last_position(kv)), &kv};
+  detail::run_attention<S>(std::span<const detail::SequenceTask<S>>(&task, 1), kv.num_kv_heads(), opt);
 }
 
 /// Padding-free variable-length batch. Sequence b's queries are rows [cu_q[b], cu_q[b+1]) of
@@ -229,42 +205,105 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
   require(cu_q.size() >= 1, "cu_q.size()", cu_q.size(), "must be >= 1 (batch + 1 offsets)");
   require(cu_k.size() == cu_q.size(), "cu_k.size()", cu_k.size(),
           "must equal cu_q.size() (" + std::to_string(cu_q.size()) + ")");
+  const detail::ProblemBuilder builder(q, out, lse, k.dim1(), k.dim2(), opt);
+  detail::validate_offsets(cu_q, "cu_q", q.dim0(), "q.dim0()");
+  detail::validate_offsets(cu_k, "cu_k", k.dim0(), "k.dim0()");
   const Index batch = static_cast<Index>(cu_q.size()) - 1;
-  const HeadGroups groups(q.dim1(), k.dim1());
-  detail::validate_options(opt, q.dim1());
-  detail::validate_query_output(q, out, lse, k.dim2());
-  require(cu_q[0] == 0, "cu_q[0]", cu_q[0], "must be 0");
-  require(cu_k[0] == 0, "cu_k[0]", cu_k[0], "must be 0");
-  for (Index b = 0; b < batch; ++b) {
-    require(cu_q[b + 1] >= cu_q[b], "cu_q[" + std::to_string(b + 1) + "]", cu_q[b + 1],
-            "must be >= cu_q[" + std::to_string(b) + "] (" + std::to_string(cu_q[b]) + ")");
-    require(cu_k[b + 1] >= cu_k[b], "cu_k[" + std::to_string(b + 1) + "]", cu_k[b + 1],
-            "must be >= cu_k[" + std::to_string(b) + "] (" + std::to_string(cu_k[b]) + ")");
-  }
-  require(cu_q[batch] == q.dim0(), "cu_q.back()", cu_q[batch], "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-  require(cu_k[batch] == k.dim0(), "cu_k.back()", cu_k[batch], "must equal k.dim0() (" + std::to_string(k.dim0()) + ")");
-  detail::validate_query_positions(opt, q.dim0());
-  const std::vector<float> slopes = detail::resolve_slopes(opt, q.dim1());
-
+  std::vector<DenseKv<T>> sources;
+  sources.reserve(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b)
+    sources.emplace_back(k.slice0(cu_k[b], cu_k[b + 1] - cu_k[b]), v.slice0(cu_k[b], cu_k[b + 1] - cu_k[b]));
   std::vector<detail::SequenceTask<DenseKv<T>>> tasks;
   tasks.reserve(static_cast<std::size_t>(batch));
-  for (Index b = 0; b < batch; ++b) {
-    const Index q0 = cu_q[b], nq = cu_q[b + 1] - cu_q[b], k0 = cu_k[b], nk = cu_k[b + 1] - cu_k[b];
-    DenseKv<T> kv(k.slice0(k0, nk), v.slice0(k0, nk));
-    detail::SequenceProblem p;
-    p.q = q.slice0(q0, nq);
-    p.out = out.slice0(q0, nq);
-    p.lse = lse.rows() > 0 ? lse.rows_slice(q0, nq) : MatrixView<float>{};
-    p.q_pos = opt.query_positions.empty() ? TokenPositions{nullptr, static_cast<std::int32_t>(nk - nq)}
-                                          : TokenPositions{opt.query_positions.data() + q0, 0};
-    p.group = groups.group_size();
-    p.scale = detail::resolve_scale(opt, k.dim2());
-    p.mask = {opt.causal, opt.window};
-    p.softcap = opt.softcap;
-    p.slopes = slopes.empty() ? nullptr : slopes.data();
-    tasks.push_back({p, kv});
+  for (Index b = 0; b < batch; ++b)
+    tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b] - 1),
+                     &sources[static_cast<std::size_t>(b)]});
+  detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt);
+}
+
+namespace detail {
+
+/// attention_batch for either offset type.
+template <class Offset, class Sources>
+void attention_batch_impl(Tensor3View<const float> q, std::span<const Offset> cu_q, const Sources& kv,
+                          Tensor3View<float> out, MatrixView<float> lse, const AttentionOptions& opt) {
+  using S = std::ranges::range_value_t<Sources>;
+  const std::span<const S> sources(std::ranges::data(kv), std::ranges::size(kv));
+  const auto batch = static_cast<Index>(sources.size());
+  require(static_cast<Index>(cu_q.size()) == batch + 1, "cu_q.size()", cu_q.size(),
+          "must equal the number of KV sources + 1 (" + std::to_string(batch + 1) + ")");
+  const Index hkv = batch > 0 ? sources[0].num_kv_heads() : q.dim1();
+  const Index head_dim = batch > 0 ? sources[0].head_dim() : q.dim2();
+  for (Index b = 1; b < batch; ++b) {
+    const S& s = sources[static_cast<std::size_t>(b)];
+    require(s.num_kv_heads() == hkv, "kv[" + std::to_string(b) + "].num_kv_heads()", s.num_kv_heads(),
+            "must equal kv[0].num_kv_heads() (" + std::to_string(hkv) + ")");
+    require(s.head_dim() == head_dim, "kv[" + std::to_string(b) + "].head_dim()", s.head_dim(),
+            "must equal kv[0].head_dim() (" + std::to_string(head_dim) + ")");
   }
-  detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt.num_threads, opt.kv_split_tokens);
+  const ProblemBuilder builder(q, out, lse, hkv, head_dim, opt);
+  validate_offsets(cu_q, "cu_q", q.dim0(), "q.dim0()");
+  std::vector<SequenceTask<S>> tasks;
+  tasks.reserve(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b) {
+    const S& s = sources[static_cast<std::size_t>(b)];
+    tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], last_position(s)), &s});
+  }
+  run_attention<S>(tasks, hkv, opt);
+}
+
+
+}  // namespace detail
+
+/// Attention of a batch whose sequences each bring their own KV source, in one parallel pass:
+/// the attention step of continuous batching, where one iteration runs prefill chunks of some
+/// sequences and decode rows (1 token, or k + 1 for speculative verification) of others.
+///
+/// Sequence b's queries are rows [cu_q[b], cu_q[b+1]) of q [total_q, Hq, d] (packed back to
+/// back, as in attention_varlen); they attend every token of kv[b] (whose K/V for these queries
+/// the caller has already appended). Without options.query_positions (size total_q) the
+/// queries are bottom-right aligned to their sequence's cached tokens: with keys at positions
+/// 0 .. n-1, a chunk of c queries sits at n - c .. n - 1, so a prefill chunk starts where the
+/// tokens cached before it end. A sequence may have no queries or no cached tokens (its rows
+/// are then fully masked: zeros, LSE -inf). Writes out [total_q, Hq, d] and, when lse has rows,
+/// each row's natural-log LSE to lse [total_q, Hq]. Every option of attention() applies (GQA,
+/// ALiBi, sliding window, soft-cap, explicit positions, threads, batch_invariant: with it a
+/// row's bits are those it gets alone, in any other batch, chunking or thread count).
+///
+/// `kv` is a contiguous range (std::vector, std::span, std::array) of one KvSource type, e.g.
+/// BlockTable<T>::Source (kv/block_table.hpp), DenseKv<T>, or any cache's source(layer); all
+/// sources have the same num_kv_heads() and head_dim(). Sequences of different source types need
+/// one call per type. Each sequence runs as attention() would run it alone (decode rows split
+/// the KV range, flash-decoding; longer chunks tile the queries), and all sequences' work units
+/// share one parallel pass, so the call costs what its real tokens cost, whatever the mix.
+///
+/// @param q     queries [total_q, Hq, d]
+/// @param cu_q  batch + 1 non-decreasing query offsets, cu_q[0] = 0, cu_q.back() = total_q
+/// @param kv    one KV source per sequence (cu_q.size() - 1 of them); read only
+/// @param out   output [total_q, Hq, d]
+/// @param lse   optional [total_q, Hq] log-sum-exp (natural log), or an empty view
+/// @param opt   attention options (attention/options.hpp)
+/// @throws std::invalid_argument naming the parameter: cu_q inconsistent with kv.size() or
+///         q.dim0(), sources disagreeing on num_kv_heads() / head_dim(), Hq not a multiple of
+///         Hkv, shapes of q / out / lse, query_positions.size() != total_q, bad options.
+/// Thread-safety: reads q and the sources, writes only out and lse; concurrent calls on
+/// distinct outputs are safe.
+template <class Sources>
+  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+           KvSource<std::ranges::range_value_t<Sources>>
+void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, const Sources& kv,
+                     Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+  detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
+}
+
+/// attention_batch with Index (std::ptrdiff_t) query offsets, as serving's BatchPlan::cu_q
+/// holds them; otherwise identical (same parameters, errors and thread-safety).
+template <class Sources>
+  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+           KvSource<std::ranges::range_value_t<Sources>>
+void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv,
+                     Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+  detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
 }
 
 }  // namespace inferkit

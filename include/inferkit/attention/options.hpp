@@ -11,6 +11,18 @@
 // Score: s = (q . k) * scale; with softcap c > 0, s = c * tanh(s / c) (Gemma 2); then the ALiBi
 // bias -slope_h * (p - k) is added. A row whose keys are all masked outputs zeros with
 // LSE = -inf.
+//
+// Batch-invariant mode (batch_invariant = true): a query row's output and LSE bits depend only
+// on its query, the keys / values / positions of its sequence's source, and the options; not on
+// how many other rows the call has, which of them share its sequence (how a prompt is chunked),
+// whether it would take the decode or the prefill path, what else is batched, or the thread
+// count. Every row runs one kernel (query rows in SIMD lanes, each lane's arithmetic its own)
+// over key tiles at fixed token indices (multiples of kBatchInvariantKeyTile), and the KV range
+// is cut at fixed multiples of the split size (kv_split_tokens, default
+// kBatchInvariantSplitTokens) whose partial states fold in order. Tokens are tiled by their
+// index in the source, so the guarantee covers sources whose tokens keep their index as more
+// are appended (dense and paged caches), within one build (the instruction set changes bits).
+// docs/design.md, "Batch-invariant mode", has the design and its cost.
 
 #include <cmath>
 #include <cstdint>
@@ -22,6 +34,11 @@
 
 namespace inferkit {
 
+/// Key tile of the batch-invariant mode, in tokens: tiles start at multiples of it.
+inline constexpr Index kBatchInvariantKeyTile = 64;
+/// KV split of the batch-invariant mode when kv_split_tokens is 0, in tokens.
+inline constexpr Index kBatchInvariantSplitTokens = 1024;
+
 struct AttentionOptions {
   std::optional<float> scale;                     // default 1 / sqrt(head_dim)
   bool causal = true;
@@ -32,6 +49,10 @@ struct AttentionOptions {
   std::span<const std::int32_t> query_positions = {};  // default bottom-right aligned
   int num_threads = 0;                            // 0 = OpenMP default
   Index kv_split_tokens = 0;                      // decode split size; 0 = chosen from the shape
+  /// Batch-invariant mode (file comment): a row's bits do not depend on its batch mates, its
+  /// chunking, its path or the thread count. kv_split_tokens, if set, must then be a multiple of
+  /// kBatchInvariantKeyTile; it is part of what the bits depend on.
+  bool batch_invariant = false;
 };
 
 namespace detail {
@@ -68,6 +89,9 @@ inline void validate_options(const AttentionOptions& o, Index num_q_heads) {
   require(std::isfinite(o.softcap) && o.softcap >= 0.0f, "softcap", o.softcap, "must be finite and >= 0 (0 = off)");
   require(o.num_threads >= 0, "num_threads", o.num_threads, "must be >= 0 (0 = OpenMP default)");
   require(o.kv_split_tokens >= 0, "kv_split_tokens", o.kv_split_tokens, "must be >= 0 (0 = automatic)");
+  if (o.batch_invariant)
+    require(o.kv_split_tokens % kBatchInvariantKeyTile == 0, "kv_split_tokens", o.kv_split_tokens,
+            "must be a multiple of " + std::to_string(kBatchInvariantKeyTile) + " in batch-invariant mode");
   if (!o.alibi_slopes.empty()) {
     require(static_cast<Index>(o.alibi_slopes.size()) == num_q_heads, "alibi_slopes.size()", o.alibi_slopes.size(),
             "must equal num_q_heads (" + std::to_string(num_q_heads) + ")");
