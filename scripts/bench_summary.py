@@ -19,7 +19,9 @@ BASELINES = ("naive", "padded", "memread", "default")
 # Counters worth a column, in order of preference (first present wins).
 COUNTERS = ("GFLOPS", "GOPS", "GBps", "GB/s", "tokens_per_s", "out_tok_per_s", "bytes_per_s",
             "err_rel_rms", "best_us", "x_layer")
-# Headline benchmarks: regexes on the fast path's full name, with a line title each.
+# Headline benchmarks: regexes on the fast path's full name, with a line title each, and, where
+# the baseline's name differs from the fast path's by more than the impl field, a substitution
+# (regex, replacement) that turns the fast path's name into the baseline's.
 HEADLINES = [
     (r"^attention_prefill/inferkit/.*threads:2$", "causal prefill attention, T 2048, 2 threads"),
     (r"^attention_decode/inferkit/Hq32_Hkv8_D128_f32/Tk:32768/threads:2$", "decode attention f32, 32k keys (vs memory read)"),
@@ -29,18 +31,22 @@ HEADLINES = [
     (r"^attention_decode/inferkit/Tk32768_.*_int8$", "decode over an int8 KV cache, 32k keys (vs memory read)"),
     (r"^attention_decode/inferkit/Tk32768_.*_int4$", "decode over an int4 KV cache, 32k keys (vs memory read)"),
     (r"^sampling/inferkit/V128256_chain/.*sigma:3$", "sampler chain, V = 128256"),
-    (r"^sampling/inferkit/V128256_top_p/.*sigma:3$", "top-p 0.95, V = 128256"),
+    (r"^sampling/inferkit/V128256_topp095/.*sigma:3$", "top-p 0.95, V = 128256"),
     (r"^sampling/inferkit/V128256_llamachain/.*sigma:3$", "llama.cpp-style full chain, V = 128256"),
     (r"^sampling/inferkit/V128256_dry4096loop/.*sigma:3$", "DRY over a 4,096-token loop"),
-    (r"^speculative/inferkit/.*V128256.*accept", "speculative verification, V = 128256"),
+    (r"^speculative/inferkit/V:128256/k:4/reject_first:0$", "speculative verification, V = 128256, k = 4"),
     (r"^prefix_trie/inferkit/match_insert", "prefix trie match + insert"),
-    (r"^quant/inferkit/matvec_int8/4096x4096/threads:1$", "int8 weight matvec 4096^2 vs Eigen f32"),
-    (r"^quant/inferkit/matvec_int4_q8/4096x4096/threads:1$", "int4 weights, int8 activations matvec vs Eigen f32"),
-    (r"^quant/inferkit/matmul_w8a8/512x4096x4096/threads:1$", "W8A8 GEMM 512x4096x4096 vs Eigen f32 GEMM"),
-    (r"^quant/inferkit/runner_int8/.*threads:1$", "runner with int8 weights vs f32"),
+    (r"^quant/inferkit/matvec_int8/4096x4096/threads:1$", "int8 weight matvec 4096^2 vs Eigen f32",
+     (r"/inferkit/matvec_int8/", "/naive/matvec_f32_eigen/")),
+    (r"^quant/inferkit/matvec_int4_q8/4096x4096/threads:1$", "int4 weights, int8 activations matvec vs Eigen f32",
+     (r"/inferkit/matvec_int4_q8/", "/naive/matvec_f32_eigen/")),
+    (r"^quant/inferkit/matmul_w8a8/512x4096x4096/threads:1$", "W8A8 GEMM 512x4096x4096 vs Eigen f32 GEMM",
+     (r"/inferkit/matmul_w8a8/", "/naive/matmul_f32_eigen/")),
+    (r"^quant/inferkit/runner_int8/.*threads:1$", "runner with int8 weights vs f32",
+     (r"/inferkit/runner_int8/", "/naive/runner_f32/")),
     (r"^runner/inferkit/.*threads:1$", "llama2.c runner step"),
     (r"^moe/inferkit/.*dispatch_combine.*E64.*threads:2", "MoE dispatch + combine (E 64, k 8)"),
-    (r"^serving/inferkit/continuous", "continuous batching vs sequential serving"),
+    (r"^serving/inferkit/overhead/policy:1/waiting:1024$", "scheduler overhead per iteration, LPM, 1,024 waiting"),
     (r"^steering/inferkit/.*ablate", "directional ablation, d = 4096"),
 ]
 
@@ -132,9 +138,14 @@ def main():
         for fast, base in all_pairs:
             print(row(runs, fast, base))
         return
-    for pattern, title in HEADLINES:
+    for pattern, title, *sub in HEADLINES:
         rx = re.compile(pattern)
-        match = next(((f, b) for f, b in all_pairs if rx.search(f)), None)
+        if sub:  # the baseline's name comes from the fast path's by a substitution
+            fast = next((n for n in sorted(runs) if rx.search(n)), None)
+            base = re.sub(sub[0][0], sub[0][1], fast) if fast else None
+            match = (fast, base) if base in runs else None
+        else:
+            match = next(((f, b) for f, b in all_pairs if rx.search(f)), None)
         if match:
             print(row(runs, match[0], match[1], title))
 

@@ -19,6 +19,7 @@
 #include "inferkit/attention/dense_kv.hpp"
 #include "inferkit/attention/gqa.hpp"
 #include "inferkit/attention/kv_block.hpp"
+#include "inferkit/attention/kv_copy.hpp"
 #include "inferkit/attention/options.hpp"
 #include "inferkit/attention/rope.hpp"
 

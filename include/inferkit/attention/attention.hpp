@@ -2,6 +2,8 @@
 // Public attention entry points.
 //
 //   attention(q, kv, out, lse, options)        one sequence: q [Tq, Hq, d] against a KV source
+//                                              (every entry point also has a form without lse:
+//                                              attention(q, kv, out, {.causal = false}))
 //   attention_varlen(q, cu_q, k, v, cu_k, ...) a padding-free batch: sequences packed back to back
 //   attention_batch(q, cu_q, sources, ...)     a serving batch: each sequence's queries against its
 //                                              own KV source (paged block table, dense cache, ...)
@@ -21,6 +23,7 @@
 #include <ranges>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "inferkit/attention/alibi.hpp"
@@ -184,6 +187,15 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, c
 /// Attention of one sequence's queries q [Tq, Hq, d] over every token of kv. Writes out
 /// [Tq, Hq, d] and, when lse has rows, each row's natural-log log-sum-exp to lse [Tq, Hq]
 /// (-inf for a fully masked row, whose output is zeros).
+/// @param q    queries [Tq, Hq, d]
+/// @param kv   any KvSource (DenseKv, a cache's source(layer), a block table's source)
+/// @param out  output [Tq, Hq, d]
+/// @param lse  optional [Tq, Hq] log-sum-exp (natural log), or an empty view
+/// @param opt  attention options (attention/options.hpp)
+/// @throws std::invalid_argument naming the parameter: shapes of q / out / lse, Hq not a multiple
+///         of Hkv, query_positions.size() != Tq, bad options.
+/// Thread-safety: reads q and kv, writes only out and lse; concurrent calls on distinct outputs
+/// are safe.
 template <KvSource S>
 void attention(Tensor3View<const float> q, const S& kv, Tensor3View<float> out, MatrixView<float> lse = {},
                const AttentionOptions& opt = {}) {
@@ -192,12 +204,30 @@ void attention(Tensor3View<const float> q, const S& kv, Tensor3View<float> out, 
   detail::run_attention<S>(std::span<const detail::SequenceTask<S>>(&task, 1), kv.num_kv_heads(), opt);
 }
 
+/// attention() without the LSE output: `attention(q, kv, out, {.causal = false})`. Same
+/// semantics, errors and thread-safety as the overload with lse.
+template <KvSource S>
+void attention(Tensor3View<const float> q, const S& kv, Tensor3View<float> out, const AttentionOptions& opt) {
+  attention(q, kv, out, MatrixView<float>{}, opt);
+}
+
 /// Padding-free variable-length batch. Sequence b's queries are rows [cu_q[b], cu_q[b+1]) of
 /// q [total_q, Hq, d] and its keys/values rows [cu_k[b], cu_k[b+1]) of k, v [total_k, Hkv, d]
 /// (element type float, Float16 or BFloat16), at positions 0 .. len_k - 1; queries are
 /// bottom-right aligned within each sequence unless options.query_positions (size total_q)
 /// gives them. cu_q and cu_k are non-decreasing offsets starting at 0. A batch of mixed lengths
 /// costs what its real tokens cost.
+///
+/// @param q     queries [total_q, Hq, d]
+/// @param cu_q  batch + 1 non-decreasing query offsets, cu_q[0] = 0, cu_q.back() = total_q
+/// @param k, v  keys and values [total_k, Hkv, d] (const or mutable views; T is deduced)
+/// @param cu_k  batch + 1 non-decreasing key offsets, cu_k[0] = 0, cu_k.back() = total_k
+/// @param out   output [total_q, Hq, d]
+/// @param lse   optional [total_q, Hq] log-sum-exp (natural log), or an empty view
+/// @param opt   attention options (attention/options.hpp)
+/// @throws std::invalid_argument naming the parameter: offsets inconsistent with each other or
+///         with q / k, shapes, Hq not a multiple of Hkv, bad options.
+/// Thread-safety: reads q, k and v, writes only out and lse.
 template <class T>
 void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, Tensor3View<const T> k,
                       Tensor3View<const T> v, std::span<const std::int32_t> cu_k, Tensor3View<float> out,
@@ -219,6 +249,36 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
     tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b] - 1),
                      &sources[static_cast<std::size_t>(b)]});
   detail::run_attention<DenseKv<T>>(tasks, k.dim1(), opt);
+}
+
+/// attention_varlen() without the LSE output: `attention_varlen(q, cu_q, k, v, cu_k, out,
+/// {.causal = false})`. Same semantics, errors and thread-safety.
+template <class T>
+void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, Tensor3View<const T> k,
+                      Tensor3View<const T> v, std::span<const std::int32_t> cu_k, Tensor3View<float> out,
+                      const AttentionOptions& opt) {
+  attention_varlen<T>(q, cu_q, k, v, cu_k, out, MatrixView<float>{}, opt);
+}
+
+/// attention_varlen() over mutable key / value views (Tensor3View<float>, ...): deduces the
+/// element type that the const overload cannot deduce from a non-const view.
+template <class K, class V>
+  requires(std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> && !(std::is_const_v<K> && std::is_const_v<V>))
+void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, Tensor3View<K> k,
+                      Tensor3View<V> v, std::span<const std::int32_t> cu_k, Tensor3View<float> out,
+                      MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+  using T = std::remove_const_t<K>;
+  attention_varlen<T>(q, cu_q, Tensor3View<const T>(k), Tensor3View<const T>(v), cu_k, out, lse, opt);
+}
+
+/// attention_varlen() over mutable key / value views, without the LSE output.
+template <class K, class V>
+  requires(std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> && !(std::is_const_v<K> && std::is_const_v<V>))
+void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, Tensor3View<K> k,
+                      Tensor3View<V> v, std::span<const std::int32_t> cu_k, Tensor3View<float> out,
+                      const AttentionOptions& opt) {
+  using T = std::remove_const_t<K>;
+  attention_varlen<T>(q, cu_q, Tensor3View<const T>(k), Tensor3View<const T>(v), cu_k, out, MatrixView<float>{}, opt);
 }
 
 namespace detail {
@@ -304,6 +364,25 @@ template <class Sources>
 void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv,
                      Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
   detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
+}
+
+/// attention_batch() without the LSE output (int32_t query offsets):
+/// `attention_batch(q, cu_q, sources, out, {.batch_invariant = true})`.
+template <class Sources>
+  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+           KvSource<std::ranges::range_value_t<Sources>>
+void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, const Sources& kv,
+                     Tensor3View<float> out, const AttentionOptions& opt) {
+  detail::attention_batch_impl(q, cu_q, kv, out, MatrixView<float>{}, opt);
+}
+
+/// attention_batch() without the LSE output (Index query offsets, as BatchPlan::cu_q).
+template <class Sources>
+  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+           KvSource<std::ranges::range_value_t<Sources>>
+void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv,
+                     Tensor3View<float> out, const AttentionOptions& opt) {
+  detail::attention_batch_impl(q, cu_q, kv, out, MatrixView<float>{}, opt);
 }
 
 }  // namespace inferkit

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <type_traits>
 
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/error.hpp"
@@ -12,18 +14,24 @@
 
 namespace inferkit {
 
+/// A KvSource over dense key / value tensors [tokens, kv_heads, head_dim] of T (float, Float16
+/// or BFloat16), one block per head. Non-owning: the tensors must outlive the source. Built from
+/// const or mutable views alike (`DenseKv src(k, v)` deduces T from either).
 template <class T>
 class DenseKv {
  public:
+  /// The block type of every head.
   using Block = KvBlock<DenseRows<T>, DenseRows<T>>;
 
   /// Positions 0 .. tokens-1 shifted by first_position.
+  /// @throws std::invalid_argument when keys and values differ in shape or have no heads / dims.
   DenseKv(Tensor3View<const T> keys, Tensor3View<const T> values, std::int32_t first_position = 0)
       : keys_(keys), values_(values), positions_{nullptr, first_position} {
     validate();
   }
 
-  /// Explicit per-token positions (one per token).
+  /// Explicit per-token positions (one per token; the span must outlive the source).
+  /// @throws std::invalid_argument as above, or when positions.size() != tokens.
   DenseKv(Tensor3View<const T> keys, Tensor3View<const T> values, std::span<const std::int32_t> positions)
       : keys_(keys), values_(values), positions_{positions.data(), 0} {
     validate();
@@ -31,11 +39,12 @@ class DenseKv {
             "must equal the number of tokens (" + std::to_string(keys.dim0()) + ")");
   }
 
-  Index num_kv_heads() const { return keys_.dim1(); }
-  Index head_dim() const { return keys_.dim2(); }
-  Index num_tokens() const { return keys_.dim0(); }
-  Index num_blocks() const { return keys_.dim0() > 0 ? 1 : 0; }
+  Index num_kv_heads() const { return keys_.dim1(); }  ///< KV heads (dim1 of the tensors)
+  Index head_dim() const { return keys_.dim2(); }      ///< values per head (dim2)
+  Index num_tokens() const { return keys_.dim0(); }    ///< tokens (dim0)
+  Index num_blocks() const { return keys_.dim0() > 0 ? 1 : 0; }  ///< 1, or 0 when empty
 
+  /// The single block of one KV head (head in [0, num_kv_heads()); not checked).
   Block block(Index head, Index /*b*/) const {
     return {keys_.dim0(), DenseRows<T>{keys_.ptr(0, head), keys_.stride0()},
             DenseRows<T>{values_.ptr(0, head), values_.stride0()}, positions_};
@@ -57,5 +66,14 @@ class DenseKv {
   Tensor3View<const T> values_;
   TokenPositions positions_;
 };
+
+/// Deduces DenseKv<T> from const or mutable views: `DenseKv src(k, v)` with Tensor3View<float>.
+template <class K, class V>
+  requires std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>>
+DenseKv(Tensor3View<K>, Tensor3View<V>, std::int32_t = 0) -> DenseKv<std::remove_const_t<K>>;
+/// Deduces DenseKv<T> from const or mutable views with explicit positions.
+template <class K, class V>
+  requires std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>>
+DenseKv(Tensor3View<K>, Tensor3View<V>, std::span<const std::int32_t>) -> DenseKv<std::remove_const_t<K>>;
 
 }  // namespace inferkit

@@ -8,8 +8,10 @@
 
 namespace inferkit {
 
+/// Query-head to KV-head mapping of grouped-query attention (file comment).
 class HeadGroups {
  public:
+  /// @throws std::invalid_argument when a count is <= 0 or num_q_heads is not a multiple of num_kv_heads.
   HeadGroups(Index num_q_heads, Index num_kv_heads) : hq_(num_q_heads), hkv_(num_kv_heads) {
     require(num_q_heads > 0, "num_q_heads", num_q_heads, "must be > 0");
     require(num_kv_heads > 0, "num_kv_heads", num_kv_heads, "must be > 0");
@@ -17,8 +19,8 @@ class HeadGroups {
             "must be a multiple of num_kv_heads (" + std::to_string(num_kv_heads) + ")");
   }
 
-  Index num_q_heads() const { return hq_; }
-  Index num_kv_heads() const { return hkv_; }
+  Index num_q_heads() const { return hq_; }  ///< query heads
+  Index num_kv_heads() const { return hkv_; }  ///< KV heads
   /// Query heads per KV head.
   Index group_size() const { return hq_ / hkv_; }
   /// The KV head query head h reads.

@@ -11,14 +11,15 @@
 namespace inferkit {
 
 template <class T>
+/// 64-byte aligned, uninitialized heap buffer of trivially copyable T (kernel scratch).
 class AlignedBuffer {
   static_assert(std::is_trivially_copyable_v<T>);
 
  public:
-  static constexpr std::size_t kAlignment = 64;
+  static constexpr std::size_t kAlignment = 64;  ///< alignment of data() in bytes
 
   AlignedBuffer() = default;
-  explicit AlignedBuffer(std::size_t n) { resize(n); }
+  explicit AlignedBuffer(std::size_t n) { resize(n); }  ///< n uninitialized elements
 
   /// Ensures room for n elements; old contents are not kept.
   void resize(std::size_t n) {
@@ -31,15 +32,16 @@ class AlignedBuffer {
     size_ = n;
   }
 
+  /// Sets every element to value.
   void fill(const T& value) {
     for (std::size_t i = 0; i < size_; ++i) data_[i] = value;
   }
 
-  T* data() { return data_.get(); }
-  const T* data() const { return data_.get(); }
-  std::size_t size() const { return size_; }
-  T& operator[](std::size_t i) { return data_[i]; }
-  const T& operator[](std::size_t i) const { return data_[i]; }
+  T* data() { return data_.get(); }  ///< first element
+  const T* data() const { return data_.get(); }  ///< first element
+  std::size_t size() const { return size_; }  ///< number of elements
+  T& operator[](std::size_t i) { return data_[i]; }  ///< element i (not bounds-checked)
+  const T& operator[](std::size_t i) const { return data_[i]; }  ///< element i (not bounds-checked)
 
  private:
   struct Free {

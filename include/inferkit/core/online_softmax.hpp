@@ -21,10 +21,10 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 /// Running max and running sum of one softmax row; the accumulator lives beside it.
 struct SoftmaxStats {
-  float max = kNegInf;
-  float sum = 0.0f;
+  float max = kNegInf;  ///< running maximum score (-inf when empty)
+  float sum = 0.0f;  ///< running sum of exp(score - max)
 
-  bool empty() const { return sum == 0.0f; }
+  bool empty() const { return sum == 0.0f; }  ///< true when no unmasked score was added
   /// Natural-log log-sum-exp of the scores seen; -inf when empty.
   float lse() const { return sum > 0.0f ? max + std::log(sum) : kNegInf; }
 };

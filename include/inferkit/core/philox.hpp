@@ -8,12 +8,13 @@
 
 namespace inferkit {
 
+/// Philox4x32-10 counter-based bijection (Salmon et al. 2011; Random123 known answers).
 class Philox4x32 {
  public:
-  using Counter = std::array<std::uint32_t, 4>;
-  using Key = std::array<std::uint32_t, 2>;
+  using Counter = std::array<std::uint32_t, 4>;  ///< four 32-bit counter words
+  using Key = std::array<std::uint32_t, 2>;  ///< two 32-bit key words
 
-  static constexpr int kRounds = 10;
+  static constexpr int kRounds = 10;  ///< rounds (10: Random123's default)
 
   /// The Philox4x32-10 bijection of the counter under the key.
   static constexpr Counter generate(Counter ctr, Key key) {
@@ -47,10 +48,10 @@ class Philox4x32 {
 /// Streams separate independent consumers (e.g. one per sequence in a batch).
 class CounterRng {
  public:
-  constexpr CounterRng(std::uint64_t seed, std::uint64_t stream = 0) : seed_(seed), stream_(stream) {}
+  constexpr CounterRng(std::uint64_t seed, std::uint64_t stream = 0) : seed_(seed), stream_(stream) {}  ///< A source for `seed` and `stream`.
 
-  std::uint64_t seed() const { return seed_; }
-  std::uint64_t stream() const { return stream_; }
+  std::uint64_t seed() const { return seed_; }  ///< the seed (Philox key)
+  std::uint64_t stream() const { return stream_; }  ///< the stream (upper counter words)
 
   /// The 4 x 32 random bits of block `index`.
   constexpr Philox4x32::Counter block(std::uint64_t index) const {

@@ -27,10 +27,14 @@ inline Index reach(Index rows, Index cols, Index row_stride) {
 template <class T>
 class MatrixView {
  public:
-  using value_type = std::remove_cv_t<T>;
+  using value_type = std::remove_cv_t<T>;  ///< element type without const
 
+  /// An empty 0 x 0 view.
   MatrixView() = default;
 
+  /// rows x cols at data with row_stride elements between rows.
+  /// @throws std::invalid_argument for negative extents, row_stride < cols (unless the view has at
+  ///         most one row or no columns), or a null data pointer for a non-empty view.
   MatrixView(T* data, Index rows, Index cols, Index row_stride)
       : data_(data), rows_(rows), cols_(cols), row_stride_(row_stride) {
     require(rows >= 0, "rows", rows, "must be >= 0");
@@ -41,6 +45,7 @@ class MatrixView {
     require(data != nullptr || rows * cols == 0, "data", data, "must be non-null for a non-empty view");
   }
 
+  /// Densely packed rows x cols (row stride = cols).
   MatrixView(T* data, Index rows, Index cols) : MatrixView(data, rows, cols, cols) {}
 
   /// View over a span; the span must hold every element the view reaches.
@@ -52,22 +57,26 @@ class MatrixView {
                 std::to_string(cols) + " view with row stride " + std::to_string(row_stride));
   }
 
+  /// Densely packed view over a span (checked to hold rows * cols elements).
   MatrixView(std::span<T> storage, Index rows, Index cols) : MatrixView(storage, rows, cols, cols) {}
 
-  // A mutable view converts to a const one.
+  /// A mutable view converts to a const one.
   template <class U>
     requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
   MatrixView(const MatrixView<U>& other)  // NOLINT(google-explicit-constructor)
       : data_(other.data()), rows_(other.rows()), cols_(other.cols()), row_stride_(other.row_stride()) {}
 
-  T* data() const { return data_; }
-  Index rows() const { return rows_; }
-  Index cols() const { return cols_; }
-  Index row_stride() const { return row_stride_; }
-  bool empty() const { return rows_ == 0 || cols_ == 0; }
+  T* data() const { return data_; }                 ///< first element
+  Index rows() const { return rows_; }              ///< number of rows
+  Index cols() const { return cols_; }              ///< number of columns
+  Index row_stride() const { return row_stride_; }  ///< elements between consecutive rows
+  bool empty() const { return rows_ == 0 || cols_ == 0; }  ///< true when no element is reachable
 
+  /// Element (i, j); not bounds-checked.
   T& operator()(Index i, Index j) const { return data_[i * row_stride_ + j]; }
+  /// Start of row i; not bounds-checked.
   T* row_ptr(Index i) const { return data_ + i * row_stride_; }
+  /// Row i as a span of cols() elements; not bounds-checked.
   std::span<T> row(Index i) const { return {data_ + i * row_stride_, static_cast<std::size_t>(cols_)}; }
 
   /// Rows [first, first + count).
@@ -90,10 +99,15 @@ class MatrixView {
 template <class T>
 class Tensor3View {
  public:
-  using value_type = std::remove_cv_t<T>;
+  using value_type = std::remove_cv_t<T>;  ///< element type without const
 
+  /// An empty 0 x 0 x 0 view.
   Tensor3View() = default;
 
+  /// d0 x d1 x d2 at data with strides stride0 (dimension 0) and stride1 (dimension 1), in
+  /// elements; dimension 2 is contiguous.
+  /// @throws std::invalid_argument for negative extents or strides, stride1 < d2 (unless d1 <= 1
+  ///         or the view is empty), or a null data pointer for a non-empty view.
   Tensor3View(T* data, Index d0, Index d1, Index d2, Index stride0, Index stride1)
       : data_(data), d0_(d0), d1_(d1), d2_(d2), stride0_(stride0), stride1_(stride1) {
     require(d0 >= 0, "d0", d0, "must be >= 0");
@@ -111,6 +125,7 @@ class Tensor3View {
   /// Densely packed d0 x d1 x d2.
   Tensor3View(T* data, Index d0, Index d1, Index d2) : Tensor3View(data, d0, d1, d2, d1 * d2, d2) {}
 
+  /// Densely packed view over a span (checked to hold d0 * d1 * d2 elements).
   Tensor3View(std::span<T> storage, Index d0, Index d1, Index d2)
       : Tensor3View(storage.data(), d0, d1, d2) {
     require(static_cast<Index>(storage.size()) >= d0 * d1 * d2, "storage.size()", storage.size(),
@@ -118,20 +133,23 @@ class Tensor3View {
                 std::to_string(d1) + "x" + std::to_string(d2) + " view");
   }
 
+  /// A mutable view converts to a const one.
   template <class U>
     requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
   Tensor3View(const Tensor3View<U>& other)  // NOLINT(google-explicit-constructor)
       : data_(other.data()), d0_(other.dim0()), d1_(other.dim1()), d2_(other.dim2()),
         stride0_(other.stride0()), stride1_(other.stride1()) {}
 
-  T* data() const { return data_; }
-  Index dim0() const { return d0_; }
-  Index dim1() const { return d1_; }
-  Index dim2() const { return d2_; }
-  Index stride0() const { return stride0_; }
-  Index stride1() const { return stride1_; }
+  T* data() const { return data_; }            ///< first element
+  Index dim0() const { return d0_; }           ///< extent of dimension 0
+  Index dim1() const { return d1_; }           ///< extent of dimension 1
+  Index dim2() const { return d2_; }           ///< extent of dimension 2 (contiguous)
+  Index stride0() const { return stride0_; }   ///< elements between consecutive indices of dimension 0
+  Index stride1() const { return stride1_; }   ///< elements between consecutive indices of dimension 1
 
+  /// Element (i, j, k); not bounds-checked.
   T& operator()(Index i, Index j, Index k) const { return data_[i * stride0_ + j * stride1_ + k]; }
+  /// Start of the contiguous d2 elements at (i, j); not bounds-checked.
   T* ptr(Index i, Index j) const { return data_ + i * stride0_ + j * stride1_; }
 
   /// The d1 x d2 matrix at index i of dimension 0.

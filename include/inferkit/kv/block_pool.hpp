@@ -20,13 +20,17 @@ namespace inferkit {
 
 using BlockId = std::int32_t;
 
+/// Shape and budget of a BlockPool, for designated initializers.
 struct BlockPoolConfig {
   Index layers = 1, kv_heads = 1, head_dim = 1, page_size = 16, max_blocks = 1024;
 };
 
 template <class T = float>
+/// Fixed-size KV blocks under a hard budget, reference counted (file comment). Single writer.
 class BlockPool {
  public:
+  /// Reserves storage for c.max_blocks blocks up front.
+  /// @throws std::invalid_argument naming a field <= 0 (or max_blocks >= 2^31).
   explicit BlockPool(BlockPoolConfig c) : c_(c) {
     require(c.layers > 0, "layers", c.layers, "must be > 0");
     require(c.kv_heads > 0, "kv_heads", c.kv_heads, "must be > 0");
@@ -41,7 +45,9 @@ class BlockPool {
     for (Index b = c.max_blocks; b-- > 0;) free_.push_back(static_cast<BlockId>(b));
   }
 
+  /// The pool's configuration.
   const BlockPoolConfig& config() const { return c_; }
+  /// Tokens per block.
   Index page_size() const { return c_.page_size; }
 
   /// A fresh block with reference count 1, or nullopt when the budget is exhausted.
@@ -53,6 +59,7 @@ class BlockPool {
     return b;
   }
 
+  /// Adds one reference to a live block. @throws std::invalid_argument for a free or unknown block.
   void retain(BlockId b) {
     check_live(b, "retain");
     ++refs_[static_cast<std::size_t>(b)];
@@ -64,19 +71,27 @@ class BlockPool {
     if (--refs_[static_cast<std::size_t>(b)] == 0) free_.push_back(b);
   }
 
+  /// References held on block b (0 = free). @throws std::out_of_range for an unknown block.
   Index refcount(BlockId b) const {
     require_index(b, c_.max_blocks, "block");
     return refs_[static_cast<std::size_t>(b)];
   }
+  /// Blocks with at least one reference.
   Index used_blocks() const { return c_.max_blocks - static_cast<Index>(free_.size()); }
+  /// Blocks on the free list.
   Index free_blocks() const { return static_cast<Index>(free_.size()); }
   /// Bytes of K/V held by live blocks.
   std::size_t bytes_in_use() const { return static_cast<std::size_t>(used_blocks()) * block_bytes(); }
+  /// Bytes of K and V of one block.
   std::size_t block_bytes() const { return 2 * static_cast<std::size_t>(block_elems_) * sizeof(T); }
 
+  /// Key rows of (block, layer, head): page_size rows of head_dim values; not bounds-checked.
   T* key_rows(BlockId b, Index layer, Index head) { return keys_.data() + offset(b, layer, head); }
+  /// Value rows of (block, layer, head); not bounds-checked.
   T* value_rows(BlockId b, Index layer, Index head) { return values_.data() + offset(b, layer, head); }
+  /// Key rows of (block, layer, head), read only; not bounds-checked.
   const T* key_rows(BlockId b, Index layer, Index head) const { return keys_.data() + offset(b, layer, head); }
+  /// Value rows of (block, layer, head), read only; not bounds-checked.
   const T* value_rows(BlockId b, Index layer, Index head) const { return values_.data() + offset(b, layer, head); }
 
   /// Copies the first `tokens` slots of every layer and head from one block to another.
@@ -103,5 +118,21 @@ class BlockPool {
   std::vector<Index> refs_;
   std::vector<BlockId> free_;
 };
+
+// Fields declared together on one line, documented here.
+/// @var BlockPoolConfig::layers
+/// Transformer layers (> 0).
+
+/// @var BlockPoolConfig::kv_heads
+/// KV heads per layer (> 0).
+
+/// @var BlockPoolConfig::head_dim
+/// Values per head (> 0).
+
+/// @var BlockPoolConfig::page_size
+/// Tokens per block (> 0).
+
+/// @var BlockPoolConfig::max_blocks
+/// Hard budget of blocks, reserved up front (in [1, 2^31)).
 
 }  // namespace inferkit

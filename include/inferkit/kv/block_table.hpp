@@ -20,12 +20,16 @@
 namespace inferkit {
 
 template <class T = float>
+/// One sequence's pages in a BlockPool, copy-on-write for shared pages (file comment). Single writer.
 class BlockTable {
  public:
+  /// An empty table over `pool` (which must outlive it).
   explicit BlockTable(BlockPool<T>& pool) : pool_(&pool) {}
+  /// Shares every block of `o` (retains them).
   BlockTable(const BlockTable& o) : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_) {
     for (BlockId b : blocks_) pool_->retain(b);
   }
+  /// Shares every block of `o`, releasing this table's own.
   BlockTable& operator=(const BlockTable& o) {
     if (this != &o) {
       BlockTable copy(o);
@@ -33,23 +37,28 @@ class BlockTable {
     }
     return *this;
   }
+  /// Takes the blocks of `o`, which becomes empty.
   BlockTable(BlockTable&& o) noexcept : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(o.tokens_) {
     o.blocks_.clear();
     o.tokens_ = 0;
   }
+  /// Swaps with `o`.
   BlockTable& operator=(BlockTable&& o) noexcept {
     swap(o);
     return *this;
   }
   ~BlockTable() { clear(); }
 
+  /// Swaps pools, blocks and token counts with `o`.
   void swap(BlockTable& o) noexcept {
     std::swap(pool_, o.pool_);
     blocks_.swap(o.blocks_);
     std::swap(tokens_, o.tokens_);
   }
 
+  /// Committed tokens.
   Index num_tokens() const { return tokens_; }
+  /// Blocks in page order.
   const std::vector<BlockId>& blocks() const { return blocks_; }
 
   /// Starts the table with shared full blocks holding `tokens` tokens (e.g. a prefix-trie match);
@@ -133,6 +142,7 @@ class BlockTable {
     tokens_ = saved;
   }
 
+  /// Makes n written tokens visible. @throws std::invalid_argument when n exceeds the reserved room.
   void commit(Index n) {
     require(n >= 0 && ceil_div_(tokens_ + n, pool_->page_size()) <= static_cast<Index>(blocks_.size()), "n", n,
             "exceeds the reserved room");
@@ -150,6 +160,7 @@ class BlockTable {
     tokens_ = n;
   }
 
+  /// Releases every block; the table is empty.
   void clear() {
     for (BlockId b : blocks_) pool_->release(b);
     blocks_.clear();
@@ -159,11 +170,17 @@ class BlockTable {
   /// The KV block view of one layer.
   class Source {
    public:
+    /// The view of `layer` of `t` (valid until the table changes).
     Source(const BlockTable& t, Index layer) : t_(&t), layer_(layer) {}
+    /// KV heads of the pool.
     Index num_kv_heads() const { return t_->pool_->config().kv_heads; }
+    /// Values per head.
     Index head_dim() const { return t_->pool_->config().head_dim; }
+    /// Committed tokens.
     Index num_tokens() const { return t_->tokens_; }
+    /// Pages holding them.
     Index num_blocks() const { return ceil_div_(t_->tokens_, t_->pool_->page_size()); }
+    /// Page b of one KV head (positions b * page_size on).
     KvBlock<DenseRows<T>, DenseRows<T>> block(Index head, Index b) const {
       const Index page = t_->pool_->page_size();
       const Index n = std::min(page, t_->tokens_ - b * page);
@@ -178,6 +195,7 @@ class BlockTable {
     const BlockTable* t_;
     Index layer_;
   };
+  /// The KV block view of one layer. @throws std::out_of_range for a bad layer.
   Source source(Index layer) const {
     require_index(layer, pool_->config().layers, "layer");
     return Source(*this, layer);

@@ -17,11 +17,34 @@
 
 namespace inferkit {
 
-enum class CacheGrowth { kFixed, kGrow };
+/// What a dense cache does when an append exceeds its capacity.
+enum class CacheGrowth {
+  kFixed,  ///< throw std::invalid_argument
+  kGrow    ///< reallocate to max(needed, 2 * capacity) tokens (copies what is cached)
+};
 
+/// Shape and capacity of a DenseKvCache, for designated initializers:
+/// `DenseKvCache<BFloat16> cache({.layers = L, .kv_heads = H, .head_dim = D, .capacity = 4096})`.
+/// The shape fields have no usable default (0 is rejected), so a forgotten field is an error.
+struct DenseKvCacheConfig {
+  Index layers = 0;                          ///< transformer layers (> 0)
+  Index kv_heads = 0;                        ///< KV heads per layer (> 0)
+  Index head_dim = 0;                        ///< values per head (> 0)
+  Index capacity = 0;                        ///< tokens reserved up front (>= 0)
+  CacheGrowth growth = CacheGrowth::kGrow;   ///< what happens past the capacity
+};
+
+/// Dense KV cache (file comment): per layer and KV head, keys and values contiguous by position,
+/// stored as T (float, Float16 or BFloat16). Single writer; const access is thread-safe.
 template <class T>
 class DenseKvCache {
  public:
+  /// Builds an empty cache (the preferred form).
+  /// @throws std::invalid_argument naming the field: layers, kv_heads or head_dim <= 0, capacity < 0.
+  explicit DenseKvCache(const DenseKvCacheConfig& c)
+      : DenseKvCache(c.layers, c.kv_heads, c.head_dim, c.capacity, c.growth) {}
+
+  /// Short positional form of DenseKvCache(const DenseKvCacheConfig&), same fields in order.
   DenseKvCache(Index layers, Index kv_heads, Index head_dim, Index capacity, CacheGrowth growth = CacheGrowth::kGrow)
       : layers_(layers), heads_(kv_heads), dim_(head_dim), growth_(growth),
         length_(static_cast<std::size_t>(require_positive(layers, "layers")), 0) {
@@ -31,16 +54,19 @@ class DenseKvCache {
     reserve(std::max<Index>(capacity, 1));
   }
 
-  Index layers() const { return layers_; }
-  Index kv_heads() const { return heads_; }
-  Index head_dim() const { return dim_; }
-  Index capacity() const { return capacity_; }
+  Index layers() const { return layers_; }      ///< layers
+  Index kv_heads() const { return heads_; }     ///< KV heads per layer
+  Index head_dim() const { return dim_; }       ///< values per head
+  Index capacity() const { return capacity_; }  ///< tokens per layer that fit without growing
+  /// Tokens cached in one layer. @throws std::out_of_range for a bad layer.
   Index length(Index layer) const {
     require_index(layer, layers_, "layer");
     return length_[static_cast<std::size_t>(layer)];
   }
 
-  /// Appends tokens [tokens, kv_heads, head_dim] to one layer.
+  /// Appends tokens [tokens, kv_heads, head_dim] to one layer (converted to T).
+  /// @throws std::out_of_range for a bad layer; std::invalid_argument for shapes or, with
+  ///         CacheGrowth::kFixed, when the tokens do not fit.
   void append(Index layer, Tensor3View<const float> keys, Tensor3View<const float> values) {
     require_index(layer, layers_, "layer");
     check_rows(keys, "keys");
@@ -63,6 +89,7 @@ class DenseKvCache {
   }
 
   /// Keeps the first `length` tokens of every layer.
+  /// @throws std::invalid_argument when a layer holds fewer than `length` tokens.
   void truncate(Index length) {
     for (Index& len : length_) {
       require(length >= 0 && length <= len, "length", length, "must be in [0, " + std::to_string(len) + "]");
@@ -70,7 +97,7 @@ class DenseKvCache {
     }
   }
 
-  /// The KV block view of one layer's tokens.
+  /// The KV block view of one layer's tokens (valid until the next append or truncate).
   DenseKv<T> source(Index layer) const {
     const Index len = length(layer);
     const T* k = key_.data() + static_cast<std::size_t>(layer * heads_ * capacity_ * dim_);

@@ -31,37 +31,53 @@
 
 namespace inferkit {
 
+/// What makes cached K/V reusable: pages match only under the same identity.
 struct ContextIdentity {
+  /// Model fingerprint (weights hash, name + revision, ...).
   std::string model{};    // model fingerprint (weights hash, name + revision, ...)
+  /// LoRA / adapter fingerprint, empty for none.
   std::string adapter{};  // LoRA / adapter fingerprint, empty for none
+  /// RoPE and other config that changes K/V (base, scaling, dtype, ...).
   std::string config{};   // RoPE and other config that changes K/V (base, scaling, dtype, ...)
+  /// Any further separation the caller wants (tenant, ...).
   std::uint64_t salt = 0;
+  /// The identity as one unambiguous string (length-prefixed fields).
   std::string key() const {
     return std::to_string(model.size()) + ':' + model + '|' + std::to_string(adapter.size()) + ':' + adapter + '|' +
            std::to_string(config.size()) + ':' + config + '|' + std::to_string(salt);
   }
 };
 
+/// Counters of a PrefixTrie.
 struct PrefixTrieStats {
   std::uint64_t lookups = 0, hits = 0, matched_tokens = 0, inserted_pages = 0, evictions = 0;
+  /// Pages cached.
   Index nodes = 0;  // pages cached
 };
 
 template <class T = float>
+/// Exact-prefix reuse over a BlockPool: a page trie per context identity, pinning, LRU eviction (file comment). Single writer.
 class PrefixTrie {
  public:
+  /// Index of a trie node.
   using NodeId = std::int32_t;
 
   /// Pins a matched path until released (or destroyed through release()).
   struct Handle {
+    /// Deepest pinned node; -1: nothing pinned.
     NodeId deepest = -1;  // -1: nothing pinned
   };
+  /// The result of match().
   struct Match {
+    /// Matched prefix length in tokens (a multiple of page_size).
     Index tokens = 0;             // matched prefix length (a multiple of page_size)
+    /// The matched pages' blocks, in order.
     std::vector<BlockId> blocks;  // its blocks, in order
+    /// Pins the matched path until release().
     Handle handle;
   };
 
+  /// An empty trie over `pool` (which must outlive it), pages of pool.page_size() tokens.
   explicit PrefixTrie(BlockPool<T>& pool) : pool_(&pool), page_(pool.page_size()) {}
   ~PrefixTrie() {
     for (std::size_t i = 0; i < nodes_.size(); ++i)
@@ -70,9 +86,13 @@ class PrefixTrie {
   PrefixTrie(const PrefixTrie&) = delete;
   PrefixTrie& operator=(const PrefixTrie&) = delete;
 
+  /// Tokens per page.
   Index page_size() const { return page_; }
+  /// Counters since construction.
   const PrefixTrieStats& stats() const { return stats_; }
 
+  /// The longest cached prefix of `tokens` under `id` (whole pages), its blocks, and a handle that
+  /// pins the path until release(handle); touches the path for LRU and counts the lookup.
   Match match(const ContextIdentity& id, std::span<const TokenId> tokens) {
     ++stats_.lookups;
     ++clock_;
@@ -201,7 +221,9 @@ class PrefixTrie {
     return std::nullopt;
   }
 
+  /// Pages cached.
   Index cached_pages() const { return stats_.nodes; }
+  /// True when some node holds block b.
   bool holds_block(BlockId b) const {
     for (const Node& n : nodes_)
       if (n.alive && n.block == b) return true;
@@ -359,5 +381,21 @@ class PrefixTrie {
   std::uint64_t clock_ = 0;
   PrefixTrieStats stats_;
 };
+
+// Fields declared together on one line, documented here.
+/// @var PrefixTrieStats::lookups
+/// match() calls.
+
+/// @var PrefixTrieStats::hits
+/// match() calls that matched at least one page.
+
+/// @var PrefixTrieStats::matched_tokens
+/// Tokens matched over all lookups.
+
+/// @var PrefixTrieStats::inserted_pages
+/// Pages inserted.
+
+/// @var PrefixTrieStats::evictions
+/// Pages evicted.
 
 }  // namespace inferkit

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <span>
 #include <string>
 
@@ -26,22 +27,33 @@
 
 namespace inferkit {
 
-enum class QuantAxis { kPerToken, kPerChannel };
+/// Along which axis a quantization group runs.
+enum class QuantAxis {
+  kPerToken,   ///< a group is `group_size` consecutive values of one token's row (along head_dim)
+  kPerChannel  ///< a group is one channel over `group_size` consecutive tokens (KIVI keys)
+};
 
+/// How one stream (keys or values) of a KV cache is quantized.
 struct QuantSpec {
-  int bits = 8;                 // 8, 4 or 2
-  bool symmetric = true;
-  Index group_size = 32;        // values per scale: along head_dim (per-token) or tokens (per-channel)
-  QuantAxis axis = QuantAxis::kPerToken;
-  Index residual = 0;           // most recent tokens kept in full precision (KIVI)
+  int bits = 8;                 ///< 8, 4 or 2 bits per code
+  bool symmetric = true;        ///< symmetric (step only) or asymmetric (step and minimum)
+  Index group_size = 32;        ///< values per scale: along head_dim (per-token) or tokens (per-channel)
+  QuantAxis axis = QuantAxis::kPerToken;  ///< group axis
+  Index residual = 0;           ///< most recent tokens kept in full precision (KIVI)
+  /// Set by kv_quant_preset(name) without a head_dim: a cache whose head_dim is not a multiple of
+  /// a per-token group_size uses gcd(group_size, head_dim) instead (head_dim 80: group 16); see
+  /// fit_kv_quant(). False: the group is used as given and a mismatch is an error.
+  bool fit_group_to_head_dim = false;
 
-  int levels() const { return (1 << bits) - 1; }  // largest unsigned code
-  int offset() const { return symmetric ? (1 << (bits - 1)) : 0; }
-  int codes_per_byte() const { return 8 / bits; }
+  int levels() const { return (1 << bits) - 1; }  ///< largest unsigned code
+  int offset() const { return symmetric ? (1 << (bits - 1)) : 0; }  ///< code of 0 (symmetric), else 0
+  int codes_per_byte() const { return 8 / bits; }  ///< codes packed in one byte
   /// Metadata bytes per group: one binary16 step, plus one binary16 minimum if asymmetric.
   int meta_bytes() const { return symmetric ? 2 : 4; }
 };
 
+/// Checks a spec on its own (bits, group size, residual); `name` prefixes the field in errors.
+/// @throws std::invalid_argument naming `name.field` and its value.
 inline void validate_quant_spec(const QuantSpec& s, const std::string& name) {
   require(s.bits == 8 || s.bits == 4 || s.bits == 2, name + ".bits", s.bits, "must be 8, 4 or 2");
   require(s.group_size >= 1, name + ".group_size", s.group_size, "must be >= 1");
@@ -58,9 +70,23 @@ inline void validate_kv_quant(const QuantSpec& s, Index head_dim, const std::str
   validate_quant_spec(s, name);
   require(head_dim % s.codes_per_byte() == 0, "head_dim", head_dim,
           "must be a multiple of " + std::to_string(s.codes_per_byte()) + " for packed codes");
-  if (s.axis == QuantAxis::kPerToken)
-    require(head_dim % s.group_size == 0, "head_dim", head_dim,
-            "must be a multiple of the per-token group_size (" + std::to_string(s.group_size) + ")");
+  if (s.axis == QuantAxis::kPerToken && head_dim % s.group_size != 0)
+    throw_invalid_argument("head_dim", head_dim,
+                           "must be a multiple of " + name + ".group_size (" + std::to_string(s.group_size) +
+                               "): use a group_size dividing head_dim (e.g. " +
+                               std::to_string(std::gcd(s.group_size, head_dim)) +
+                               "), or kv_quant_preset(name), whose groups fit any head_dim");
+}
+
+/// The spec a cache with rows of head_dim values uses: `s` itself, except that a per-token spec
+/// with fit_group_to_head_dim whose group_size does not divide head_dim gets the largest group
+/// dividing both, gcd(group_size, head_dim) (head_dim 80 with group 32: 16). Per-channel groups
+/// run over tokens and are never changed. Every cache calls it before validate_kv_quant().
+inline QuantSpec fit_kv_quant(QuantSpec s, Index head_dim) {
+  if (s.fit_group_to_head_dim && s.axis == QuantAxis::kPerToken && head_dim > 0 && s.group_size > 0 &&
+      head_dim % s.group_size != 0)
+    s.group_size = std::gcd(s.group_size, head_dim);
+  return s;
 }
 
 namespace detail {
@@ -72,8 +98,9 @@ using ::inferkit::f16_round_up;
 
 /// Step and zero of one group, as stored.
 struct QuantParams {
-  Float16 step{};
-  Float16 min{};  // asymmetric only
+  Float16 step{};  ///< binary16 step, rounded up from the exact one
+  Float16 min{};   ///< binary16 minimum, rounded down (asymmetric only) (asymmetric only)
+  /// The value code 0 stands for: min (asymmetric) or -2^(bits-1) * step (symmetric).
   float zero(const QuantSpec& s) const {
     return s.symmetric ? -static_cast<float>(s.offset()) * to_float(step) : to_float(min);
   }

@@ -35,27 +35,47 @@
 
 namespace inferkit {
 
+/// Quantization of a KV cache: keys and values configured independently.
 struct KvQuantConfig {
-  QuantSpec keys;
-  QuantSpec values;
+  QuantSpec keys = {};    ///< key stream
+  QuantSpec values = {};  ///< value stream
 };
 
 /// Named presets: int8 (per-token symmetric, group 32), int4 (per-token asymmetric, group 32),
 /// kivi4 / kivi2 (keys per-channel over 32 tokens, values per-token, asymmetric, residual 32).
-/// Per-token groups run along head_dim: with `head_dim` given, a group is gcd(32, head_dim)
-/// values so small heads (e.g. 8) still divide into whole groups.
+/// Per-token groups run along head_dim. Without `head_dim` the specs fit any head_dim: a cache
+/// whose head_dim is not a multiple of 32 uses groups of gcd(32, head_dim) values (head_dim 80:
+/// 16; QuantSpec::fit_group_to_head_dim). With `head_dim` given the groups are gcd(32, head_dim)
+/// at once and fixed (a cache of another head_dim that they do not divide throws).
+/// @throws std::invalid_argument for an unknown name.
 inline KvQuantConfig kv_quant_preset(const std::string& name, Index head_dim = 0) {
   const Index g = head_dim > 0 ? std::gcd<Index>(32, head_dim) : 32;
-  const QuantSpec int8{8, true, g, QuantAxis::kPerToken, 0};
-  const QuantSpec int4{4, false, g, QuantAxis::kPerToken, 0};
+  const bool fit = head_dim <= 0;
+  const QuantSpec int8{8, true, g, QuantAxis::kPerToken, 0, fit};
+  const QuantSpec int4{4, false, g, QuantAxis::kPerToken, 0, fit};
   if (name == "int8") return {int8, int8};
   if (name == "int4") return {int4, int4};
   if (name == "kivi4" || name == "kivi2") {
     const int b = name == "kivi4" ? 4 : 2;
-    return {QuantSpec{b, false, 32, QuantAxis::kPerChannel, 32}, QuantSpec{b, false, g, QuantAxis::kPerToken, 32}};
+    return {QuantSpec{b, false, 32, QuantAxis::kPerChannel, 32}, QuantSpec{b, false, g, QuantAxis::kPerToken, 32, fit}};
   }
   throw_invalid_argument("kv_quant", name, "must be one of int8, int4, kivi4, kivi2");
 }
+
+/// Both specs of a config fitted to head_dim (fit_kv_quant()).
+inline KvQuantConfig fit_kv_quant(const KvQuantConfig& c, Index head_dim) {
+  return {fit_kv_quant(c.keys, head_dim), fit_kv_quant(c.values, head_dim)};
+}
+
+/// Shape and quantization of a QuantizedKvCache, for designated initializers:
+/// `QuantizedKvCache cache({.layers = L, .kv_heads = H, .head_dim = 80, .quant = kv_quant_preset("kivi4")})`.
+/// The shape fields have no usable default (0 is rejected), so a forgotten field is an error.
+struct QuantizedKvCacheConfig {
+  Index layers = 0;    ///< transformer layers (> 0)
+  Index kv_heads = 0;  ///< KV heads per layer (> 0)
+  Index head_dim = 0;  ///< values per head (> 0)
+  KvQuantConfig quant = kv_quant_preset("int8");  ///< key and value specs (default: int8 preset)
+};
 
 namespace detail {
 
@@ -72,17 +92,18 @@ struct QuantStream {
 
 /// Rows of one stream: token t comes from the quantized part or the full-precision tail.
 struct QuantStreamRows {
-  const detail::QuantStream* stream = nullptr;
-  const QuantSpec* spec = nullptr;
-  Index dim = 0;
+  const detail::QuantStream* stream = nullptr;  ///< the stream's codes, parameters and float tail
+  const QuantSpec* spec = nullptr;  ///< the stream's spec
+  Index dim = 0;  ///< values per row
 
-  Index row_bytes() const { return dim / spec->codes_per_byte(); }
+  Index row_bytes() const { return dim / spec->codes_per_byte(); }  ///< bytes of packed codes per row
 
   /// The quantized part of the stream, for in-register dequantization.
   QuantRowsView quantized_view() const {
     return quant_view(stream->codes.data(), stream->params.data(), *spec, stream->quantized);
   }
 
+  /// Float rows [first, first + count): tail rows in place when allowed, otherwise dequantized into scratch.
   RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool allow_in_place) const {
     const Index q = stream->quantized;
     if (first >= q && allow_in_place)  // the whole range is in the tail: read it where it is
@@ -124,29 +145,44 @@ struct QuantStreamRows {
 
 };
 
+/// Quantized KV cache (file comment): per layer and KV head, a quantized stream plus a
+/// full-precision tail for keys and for values, each with its own QuantSpec. Single writer;
+/// const access is thread-safe.
 class QuantizedKvCache {
  public:
+  /// The block type of every head.
   using Block = KvBlock<QuantStreamRows, QuantStreamRows>;
 
+  /// Builds an empty cache (the preferred form). Specs are fitted to head_dim (fit_kv_quant()).
+  /// @throws std::invalid_argument naming the field: layers, kv_heads or head_dim <= 0, or a spec
+  ///         that does not fit head_dim (the message says how to fix it).
+  explicit QuantizedKvCache(const QuantizedKvCacheConfig& c)
+      : QuantizedKvCache(c.layers, c.kv_heads, c.head_dim, c.quant) {}
+
+  /// Short positional form of QuantizedKvCache(const QuantizedKvCacheConfig&).
   QuantizedKvCache(Index layers, Index kv_heads, Index head_dim, KvQuantConfig config)
-      : layers_(layers), heads_(kv_heads), dim_(head_dim), config_(config),
+      : layers_(layers), heads_(kv_heads), dim_(head_dim), config_(fit_kv_quant(config, head_dim)),
         keys_(static_cast<std::size_t>(require_positive(layers, "layers") * require_positive(kv_heads, "kv_heads"))),
         values_(keys_.size()), length_(static_cast<std::size_t>(layers), 0) {
     require(head_dim > 0, "head_dim", head_dim, "must be > 0");
-    validate_kv_quant(config.keys, head_dim, "keys");
-    validate_kv_quant(config.values, head_dim, "values");
+    validate_kv_quant(config_.keys, head_dim, "keys");
+    validate_kv_quant(config_.values, head_dim, "values");
   }
 
-  Index layers() const { return layers_; }
-  Index kv_heads() const { return heads_; }
-  Index head_dim() const { return dim_; }
+  Index layers() const { return layers_; }    ///< layers
+  Index kv_heads() const { return heads_; }   ///< KV heads per layer
+  Index head_dim() const { return dim_; }     ///< values per head
+  /// The specs in use (after fit_kv_quant(): the group size actually used).
   const KvQuantConfig& config() const { return config_; }
+  /// Tokens cached in one layer. @throws std::out_of_range for a bad layer.
   Index length(Index layer) const {
     require_index(layer, layers_, "layer");
     return length_[static_cast<std::size_t>(layer)];
   }
 
-  /// Appends tokens [tokens, kv_heads, head_dim] to one layer.
+  /// Appends tokens [tokens, kv_heads, head_dim] to one layer (quantized as the specs say).
+  /// @throws std::out_of_range for a bad layer; std::invalid_argument for shapes or non-finite
+  ///         values.
   void append(Index layer, Tensor3View<const float> keys, Tensor3View<const float> values) {
     require_index(layer, layers_, "layer");
     require(keys.dim1() == heads_ && values.dim1() == heads_, "keys.dim1()", keys.dim1(),
@@ -165,11 +201,13 @@ class QuantizedKvCache {
   /// The KV block view of one layer (one block per head; rows decoded tile by tile).
   class Source {
    public:
+    /// The view of `layer` of `c` (which must outlive it).
     Source(const QuantizedKvCache& c, Index layer) : c_(&c), layer_(layer) {}
-    Index num_kv_heads() const { return c_->heads_; }
-    Index head_dim() const { return c_->dim_; }
-    Index num_tokens() const { return c_->length(layer_); }
-    Index num_blocks() const { return num_tokens() > 0 ? 1 : 0; }
+    Index num_kv_heads() const { return c_->heads_; }        ///< KV heads
+    Index head_dim() const { return c_->dim_; }              ///< values per head
+    Index num_tokens() const { return c_->length(layer_); }  ///< tokens cached in the layer
+    Index num_blocks() const { return num_tokens() > 0 ? 1 : 0; }  ///< 1, or 0 when empty
+    /// The single block of one KV head (quantized rows, then the float tail).
     Block block(Index head, Index) const {
       const auto i = static_cast<std::size_t>(layer_ * c_->heads_ + head);
       return {num_tokens(), QuantStreamRows{&c_->keys_[i], &c_->config_.keys, c_->dim_},
@@ -180,6 +218,8 @@ class QuantizedKvCache {
     const QuantizedKvCache* c_;
     Index layer_;
   };
+  /// The KV block view of one layer (valid while the cache lives; sees later appends).
+  /// @throws std::out_of_range for a bad layer.
   Source source(Index layer) const {
     require_index(layer, layers_, "layer");
     return Source(*this, layer);
@@ -200,6 +240,7 @@ class QuantizedKvCache {
   double quantized_bytes_per_token() const {
     return static_cast<double>(layers_ * heads_) * (stream_bytes_per_token(config_.keys) + stream_bytes_per_token(config_.values));
   }
+  /// Bytes per token of one stream quantized with `s` (codes and metadata, one layer and head).
   double stream_bytes_per_token(const QuantSpec& s) const {
     return static_cast<double>(dim_) * s.bits / 8.0 + static_cast<double>(dim_) * s.meta_bytes() / static_cast<double>(s.group_size);
   }

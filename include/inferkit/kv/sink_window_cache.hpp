@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "inferkit/attention/kv_block.hpp"
@@ -27,21 +28,54 @@
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/kv/quant_rows.hpp"
+#include "inferkit/kv/quantized_cache.hpp"
 
 namespace inferkit {
 
-enum class PositionPolicy { kOriginal, kCache };
+/// Which positions a sink + window cache gives its tokens (file comment).
+enum class PositionPolicy {
+  kOriginal,  ///< the positions they were appended with (keys may be stored after RoPE)
+  kCache      ///< slot positions 0 .. size-1 in age order; keys stored un-rotated, rotated on read
+};
+
+/// Shape and policy of a dense SinkWindowCache<T>, for designated initializers:
+/// `SinkWindowCache<float> cache({.layers = L, .kv_heads = H, .head_dim = D, .n_sink = 4, .window = 1020})`.
+/// The shape fields have no usable default (0 is rejected), so a forgotten field is an error.
+struct SinkWindowConfig {
+  Index layers = 0;    ///< transformer layers (> 0)
+  Index kv_heads = 0;  ///< KV heads per layer (> 0)
+  Index head_dim = 0;  ///< values per head (> 0)
+  Index n_sink = 0;    ///< attention-sink tokens kept from the start (>= 0)
+  Index window = 0;    ///< most recent tokens kept, the current one included (>= 1)
+  PositionPolicy positions = PositionPolicy::kOriginal;  ///< original or cache positions
+  RopeOptions rope = {};  ///< RoPE applied on read with PositionPolicy::kCache (ignored otherwise)
+};
+
+/// Shape, policy and quantization of a QuantizedSinkWindowCache, for designated initializers:
+/// `QuantizedSinkWindowCache cache({.layers = L, .kv_heads = H, .head_dim = D, .n_sink = 4,
+/// .window = 1020, .quant = kv_quant_preset("int4")})`. Per-token specs only (a ring keeps no runs
+/// of tokens for per-channel groups); they are fitted to head_dim (fit_kv_quant()).
+struct QuantizedSinkWindowConfig {
+  Index layers = 0;    ///< transformer layers (> 0)
+  Index kv_heads = 0;  ///< KV heads per layer (> 0)
+  Index head_dim = 0;  ///< values per head (> 0)
+  Index n_sink = 0;    ///< attention-sink tokens kept from the start (>= 0)
+  Index window = 0;    ///< most recent tokens kept, the current one included (>= 1)
+  PositionPolicy positions = PositionPolicy::kOriginal;  ///< original or cache positions
+  RopeOptions rope = {};  ///< RoPE applied on read with PositionPolicy::kCache (ignored otherwise)
+  KvQuantConfig quant = kv_quant_preset("int8");  ///< key and value specs (per-token)
+};
 
 /// A row store whose rows are rotated on read by RoPE at each row's position from cos / sin
 /// tables (or not at all when the tables are null).
 template <class Rows>
 struct RopedRows {
-  Rows rows;
-  const float* cos = nullptr;  // [position][rotary_dim / 2], or nullptr: no rotation
-  const float* sin = nullptr;
-  Index rotary_dim = 0;
-  RopeStyle style = RopeStyle::kAdjacentPairs;
-  TokenPositions positions;
+  Rows rows;  ///< the inner row store
+  const float* cos = nullptr;   ///< [position][rotary_dim / 2], or nullptr: no rotation
+  const float* sin = nullptr;  ///< sin table beside cos
+  Index rotary_dim = 0;  ///< rotated dimensions
+  RopeStyle style = RopeStyle::kAdjacentPairs;  ///< pair convention
+  TokenPositions positions;  ///< position of each row (indexes the tables)
 
   /// Un-rotated quantized rows keep the inner store's in-register dequantization.
   QuantRowsView quantized_view() const
@@ -50,6 +84,7 @@ struct RopedRows {
     return cos ? QuantRowsView{} : rows.quantized_view();
   }
 
+  /// Float rows [first, first + count), rotated at their positions when the tables are set.
   RowsF32 load_f32(Index first, Index count, Index dim, float* scratch, Index stride, bool allow_in_place) const {
     if (!cos) return rows.load_f32(first, count, dim, scratch, stride, allow_in_place);
     const RowsF32 r = rows.load_f32(first, count, dim, scratch, stride, false);
@@ -67,11 +102,11 @@ template <class T>
 class DenseSlots {
  public:
   struct Options {};
-  using Rows = DenseRows<T>;
-  DenseSlots(Index rows, Index dim, Options = {}) : dim_(dim), data_(static_cast<std::size_t>(rows * dim), T{}) {}
-  void write(Index row, const float* x) { convert(x, data_.data() + row * dim_, static_cast<std::size_t>(dim_)); }
-  Rows rows(Index first) const { return {data_.data() + first * dim_, dim_}; }
-  std::size_t bytes() const { return data_.size() * sizeof(T); }
+  using Rows = DenseRows<T>;  ///< the row store of a run of slots
+  DenseSlots(Index rows, Index dim, Options = {}) : dim_(dim), data_(static_cast<std::size_t>(rows * dim), T{}) {}  ///< `rows` zeroed slots of `dim` values
+  void write(Index row, const float* x) { convert(x, data_.data() + row * dim_, static_cast<std::size_t>(dim_)); }  ///< stores x (dim floats, converted to T) in slot row
+  Rows rows(Index first) const { return {data_.data() + first * dim_, dim_}; }  ///< the slots from `first` on
+  std::size_t bytes() const { return data_.size() * sizeof(T); }  ///< bytes of storage
 
  private:
   Index dim_;
@@ -81,25 +116,29 @@ class DenseSlots {
 /// Slot storage of per-token quantized rows (codes + binary16 parameters per group).
 class QuantSlots {
  public:
-  using Options = QuantSpec;
-  using Rows = QuantTokenRows;
+  using Options = QuantSpec;  ///< per-stream options: the spec
+  using Rows = QuantTokenRows;  ///< the row store of a run of slots
+  /// `rows` slots of `dim` values quantized with `spec` (fitted to dim, fit_kv_quant()).
+  /// @throws std::invalid_argument for a per-channel spec or one that does not fit dim.
   QuantSlots(Index rows, Index dim, const QuantSpec& spec)
-      : dim_(dim), spec_(spec), code_bytes_(0), groups_(0) {
+      : dim_(dim), spec_(fit_kv_quant(spec, dim)), code_bytes_(0), groups_(0) {
     require(spec.axis == QuantAxis::kPerToken, "axis", "per-channel",
             "a sink + window cache quantizes per token (a ring keeps no runs of tokens per channel group)");
-    validate_kv_quant(spec, dim, "spec");
-    code_bytes_ = token_code_bytes(spec, dim);
-    groups_ = token_groups(spec, dim);
+    validate_kv_quant(spec_, dim, "spec");
+    code_bytes_ = token_code_bytes(spec_, dim);
+    groups_ = token_groups(spec_, dim);
     codes_.assign(static_cast<std::size_t>(rows * code_bytes_), 0);
     params_.assign(static_cast<std::size_t>(rows * groups_), QuantParams{});
   }
+  /// Quantizes x (dim floats) into slot row (overwriting it).
   void write(Index row, const float* x) {
     quantize_token_row(x, spec_, dim_, codes_.data() + row * code_bytes_, params_.data() + row * groups_);
   }
+  /// The slots from `first` on.
   Rows rows(Index first) const {
     return {codes_.data() + first * code_bytes_, params_.data() + first * groups_, &spec_, dim_};
   }
-  std::size_t bytes() const { return codes_.size() + params_.size() * static_cast<std::size_t>(spec_.meta_bytes()); }
+  std::size_t bytes() const { return codes_.size() + params_.size() * static_cast<std::size_t>(spec_.meta_bytes()); }  ///< bytes of codes and metadata
 
  private:
   Index dim_;
@@ -109,11 +148,32 @@ class QuantSlots {
   std::vector<QuantParams> params_;
 };
 
+/// Attention sinks + sliding window cache (file comment) over a slot storage policy for keys and
+/// values (DenseSlots<T> or QuantSlots). Use the aliases SinkWindowCache<T> and
+/// QuantizedSinkWindowCache. Single writer; const access is thread-safe.
 template <class KeySlots, class ValueSlots = KeySlots>
 class BasicSinkWindowCache {
  public:
+  /// The block type of every head (three runs: sinks, older ring run, newer ring run).
   using Block = KvBlock<RopedRows<typename KeySlots::Rows>, typename ValueSlots::Rows>;
 
+  /// Builds an empty dense cache (the preferred form for SinkWindowCache<T>).
+  /// @throws std::invalid_argument naming the field: layers, kv_heads or head_dim <= 0,
+  ///         n_sink < 0, window < 1, a bad rope.rotary_dim.
+  explicit BasicSinkWindowCache(const SinkWindowConfig& c)
+    requires(std::is_empty_v<typename KeySlots::Options> && std::is_empty_v<typename ValueSlots::Options>)
+      : BasicSinkWindowCache(c.layers, c.kv_heads, c.head_dim, c.n_sink, c.window, c.positions, c.rope) {}
+
+  /// Builds an empty quantized cache (the preferred form for QuantizedSinkWindowCache).
+  /// @throws std::invalid_argument as above, or for a per-channel spec or one that does not fit
+  ///         head_dim.
+  explicit BasicSinkWindowCache(const QuantizedSinkWindowConfig& c)
+    requires(std::is_same_v<typename KeySlots::Options, QuantSpec> && std::is_same_v<typename ValueSlots::Options, QuantSpec>)
+      : BasicSinkWindowCache(c.layers, c.kv_heads, c.head_dim, c.n_sink, c.window, c.positions, c.rope, c.quant.keys,
+                             c.quant.values) {}
+
+  /// Short positional form of the config constructors (same fields in order; the quantized
+  /// cache takes the key and value QuantSpecs after the RoPE options).
   BasicSinkWindowCache(Index layers, Index kv_heads, Index head_dim, Index n_sink, Index window, PositionPolicy policy,
                        RopeOptions rope = {}, typename KeySlots::Options key_options = {},
                        typename ValueSlots::Options value_options = {})
@@ -133,7 +193,7 @@ class BasicSinkWindowCache {
     }
   }
 
-  Index capacity() const { return sinks_ + window_; }
+  Index capacity() const { return sinks_ + window_; }  ///< slots per layer and head: n_sink + window
   /// Bytes of key and value storage for every slot of every layer and head (fixed at creation).
   std::size_t bytes() const { return keys_.bytes() + values_.bytes(); }
   /// Tokens held by a layer (at most n_sink + window).
@@ -185,8 +245,10 @@ class BasicSinkWindowCache {
     return s.positions[static_cast<std::size_t>(newest)];
   }
 
+  /// The KV block view of one layer: three blocks per head (sinks, older ring run, newer run).
   class Source {
    public:
+    /// The view of `layer` of `c` as it is now (valid until the next append).
     Source(const BasicSinkWindowCache& c, Index layer) : c_(&c), layer_(layer) {
       const auto& s = c.st(layer);
       // Runs in age order: sinks, ring from its start to the end of storage, then the wrap.
@@ -195,10 +257,11 @@ class BasicSinkWindowCache {
       runs_[1] = {c.sinks_ + s.ring_start, a_len};
       runs_[2] = {c.sinks_, s.ring_count - a_len};
     }
-    Index num_kv_heads() const { return c_->heads_; }
-    Index head_dim() const { return c_->dim_; }
-    Index num_tokens() const { return runs_[0].len + runs_[1].len + runs_[2].len; }
-    Index num_blocks() const { return 3; }
+    Index num_kv_heads() const { return c_->heads_; }  ///< KV heads
+    Index head_dim() const { return c_->dim_; }  ///< values per head
+    Index num_tokens() const { return runs_[0].len + runs_[1].len + runs_[2].len; }  ///< tokens held
+    Index num_blocks() const { return 3; }  ///< always 3 (some may be empty)
+    /// Block b (0 sinks, 1 older ring run, 2 newer ring run) of one KV head.
     Block block(Index head, Index b) const {
       const Run r = runs_[b];
       Index before = 0;
@@ -221,6 +284,7 @@ class BasicSinkWindowCache {
     Index layer_;
     Run runs_[3];
   };
+  /// The KV block view of one layer (valid until the next append). @throws std::out_of_range for a bad layer.
   Source source(Index layer) const {
     require_index(layer, layers_, "layer");
     return Source(*this, layer);

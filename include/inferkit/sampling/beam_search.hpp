@@ -35,28 +35,30 @@ namespace inferkit {
 enum class LengthPenalty { kNone, kHuggingFace, kGnmt };
 enum class EarlyStopping { kTrue, kHeuristic, kNever };
 
+/// Beam search parameters (Hugging Face semantics, file comment).
 struct BeamSearchOptions {
-  Index num_beams = 4;
-  LengthPenalty length_penalty_mode = LengthPenalty::kHuggingFace;
-  double length_penalty = 1.0;  // alpha
-  EarlyStopping early_stopping = EarlyStopping::kHeuristic;
-  Index max_new_tokens = 32;
-  Index min_new_tokens = 0;
-  std::vector<TokenId> eos_tokens{};
+  Index num_beams = 4;  ///< live beams kept (>= 1)
+  LengthPenalty length_penalty_mode = LengthPenalty::kHuggingFace;  ///< length normalization of hypothesis scores
+  double length_penalty = 1.0;   ///< length penalty exponent alpha (alpha)
+  EarlyStopping early_stopping = EarlyStopping::kHeuristic;  ///< when the search stops (file comment)
+  Index max_new_tokens = 32;  ///< generated tokens at most (>= 1)
+  Index min_new_tokens = 0;  ///< generated tokens before EOS is allowed
+  std::vector<TokenId> eos_tokens{};  ///< ids that end a hypothesis
 };
 
+/// A finished hypothesis.
 struct BeamHypothesis {
-  std::vector<TokenId> tokens;  // generated tokens (EOS included when it ended the hypothesis)
-  double sum_logprob = 0.0;
-  double score = 0.0;           // length-normalized
+  std::vector<TokenId> tokens;   ///< generated tokens (EOS included when it ended the hypothesis)
+  double sum_logprob = 0.0;  ///< sum of the tokens' log-probabilities
+  double score = 0.0;            ///< length-normalized
 };
 
 /// What one step decided: new live beam j continues previous live beam parent[j] with token[j].
 struct BeamStep {
-  std::vector<Index> parent;
-  std::vector<TokenId> token;
-  std::vector<BeamHypothesis> finished;  // hypotheses completed at this step
-  bool done = false;                     // no more steps needed
+  std::vector<Index> parent;  ///< previous live beam of each new live beam
+  std::vector<TokenId> token;  ///< token appended to each new live beam
+  std::vector<BeamHypothesis> finished;   ///< hypotheses completed at this step
+  bool done = false;                      ///< no more steps needed
 };
 
 /// Normalized score of a hypothesis with `len` generated tokens.
@@ -69,8 +71,10 @@ inline double beam_score(double sum_logprob, Index len, LengthPenalty mode, doub
   return sum_logprob;
 }
 
+/// Beam search as a step machine: the caller scores the live beams, step() decides (file comment).
 class BeamSearch {
  public:
+  /// @throws std::invalid_argument naming a bad option.
   explicit BeamSearch(BeamSearchOptions opt) : opt_(std::move(opt)) {
     require(opt_.num_beams >= 1, "num_beams", opt_.num_beams, "must be >= 1");
     require(opt_.max_new_tokens >= 1, "max_new_tokens", opt_.max_new_tokens, "must be >= 1");
@@ -85,9 +89,9 @@ class BeamSearch {
   Index num_live() const { return static_cast<Index>(live_.size()); }
   /// Generated tokens of live beam b.
   const std::vector<TokenId>& live_tokens(Index b) const { return live_[static_cast<std::size_t>(b)]; }
-  double live_sum_logprob(Index b) const { return live_sum_[static_cast<std::size_t>(b)]; }
-  Index steps() const { return steps_; }
-  bool done() const { return done_; }
+  double live_sum_logprob(Index b) const { return live_sum_[static_cast<std::size_t>(b)]; }  ///< sum of log-probabilities of live beam b
+  Index steps() const { return steps_; }  ///< steps taken
+  bool done() const { return done_; }  ///< true when no more steps are needed
 
   /// One step: logprobs [num_live, V], row b for live beam b.
   BeamStep step(MatrixView<const float> logprobs) {

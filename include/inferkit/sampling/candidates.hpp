@@ -30,6 +30,7 @@ inline float exp_weight(float logit, float max) {
   return lanes[0];
 }
 
+/// The candidate set of one row of logits: dense (every finite token) or a sorted id list once a rule cut it short.
 class Candidates {
  public:
   /// Validates the row (see logits.hpp) and starts with every finite token.
@@ -37,9 +38,9 @@ class Candidates {
     require(logits.size() < (std::size_t{1} << 24), "logits.size()", logits.size(), "must be < 2^24 tokens");
   }
 
-  std::span<float> logits() const { return logits_; }
-  Index vocab_size() const { return static_cast<Index>(logits_.size()); }
-  bool dense() const { return dense_; }
+  std::span<float> logits() const { return logits_; }  ///< the row (filtered tokens are -inf)
+  Index vocab_size() const { return static_cast<Index>(logits_.size()); }  ///< tokens in the row
+  bool dense() const { return dense_; }  ///< true while every finite token is a candidate
   /// Candidate ids in ascending order; meaningful only when !dense().
   const std::vector<TokenId>& ids() const { return ids_; }
 

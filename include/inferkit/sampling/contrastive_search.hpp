@@ -28,13 +28,16 @@ namespace inferkit {
 /// append never moves the states already stored (no reallocation storms on long contexts).
 class ContextStates {
  public:
+  /// States of `dim` values, stored in chunks of `chunk_states`.
+  /// @throws std::invalid_argument when dim or chunk_states <= 0.
   explicit ContextStates(Index dim, Index chunk_states = 256) : dim_(dim), chunk_(chunk_states) {
     require(dim > 0, "dim", dim, "must be > 0");
     require(chunk_states > 0, "chunk_states", chunk_states, "must be > 0");
   }
-  Index dim() const { return dim_; }
-  Index size() const { return size_; }
+  Index dim() const { return dim_; }  ///< values per state
+  Index size() const { return size_; }  ///< states stored
 
+  /// Appends one state (dim values). @throws std::invalid_argument for a wrong size or a zero / non-finite norm.
   void append(std::span<const float> h) {
     require(static_cast<Index>(h.size()) == dim_, "h.size()", h.size(), "must equal dim (" + std::to_string(dim_) + ")");
     const double n = norm(h.data());
@@ -45,8 +48,8 @@ class ContextStates {
     ++size_;
   }
 
-  const float* state(Index j) const { return chunks_[static_cast<std::size_t>(j / chunk_)].get() + (j % chunk_) * dim_; }
-  float inv_norm(Index j) const { return inv_norm_[static_cast<std::size_t>(j)]; }
+  const float* state(Index j) const { return chunks_[static_cast<std::size_t>(j / chunk_)].get() + (j % chunk_) * dim_; }  ///< state j (dim floats; not bounds-checked)
+  float inv_norm(Index j) const { return inv_norm_[static_cast<std::size_t>(j)]; }  ///< 1 / norm of state j
 
   /// max_j cos(h, h_j) for each row h of `candidates` [k, dim]; -inf for an empty context.
   std::vector<float> max_cosine(MatrixView<const float> candidates) const {
@@ -107,9 +110,10 @@ class ContextStates {
   std::vector<float> inv_norm_;
 };
 
+/// The top-k candidates of contrastive search.
 struct ContrastiveCandidates {
-  std::vector<TokenId> tokens;  // best first (probability descending, then id ascending)
-  std::vector<float> probs;     // their model probabilities (softmax over the whole row)
+  std::vector<TokenId> tokens;   ///< best first (probability descending, then id ascending)
+  std::vector<float> probs;      ///< their model probabilities (softmax over the whole row)
 };
 
 /// The top-k candidates of a row of logits and their probabilities.

@@ -22,16 +22,18 @@ using TokenId = std::int32_t;
 
 /// Decoding order over a row: higher logit first, ties to the lower id.
 struct DecodingOrder {
-  std::span<const float> x;
+  std::span<const float> x;  ///< the row compared
+  /// True when token a comes before token b.
   bool operator()(TokenId a, TokenId b) const {
     const float xa = x[static_cast<std::size_t>(a)], xb = x[static_cast<std::size_t>(b)];
     return xa > xb || (xa == xb && a < b);
   }
 };
 
+/// Largest finite logit of a row and where it is.
 struct LogitsSummary {
-  float max = -std::numeric_limits<float>::infinity();
-  TokenId argmax = -1;  // lowest id holding the maximum
+  float max = -std::numeric_limits<float>::infinity();  ///< largest logit
+  TokenId argmax = -1;   ///< lowest id holding the maximum
 };
 
 namespace detail {

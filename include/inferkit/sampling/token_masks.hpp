@@ -17,9 +17,10 @@
 
 namespace inferkit {
 
+/// An additive bias on one token's logit.
 struct TokenBias {
-  TokenId token = 0;
-  float bias = 0.0f;
+  TokenId token = 0;  ///< token id
+  float bias = 0.0f;  ///< added to its logit
 };
 
 namespace detail {
