@@ -77,7 +77,7 @@ inline constexpr Index kRouterChunk = 64;  // tokens per statistics chunk (fixed
 struct RouterTokenScratch {
   std::vector<double> gate, score, group_score;
   std::vector<std::int32_t> order;
-  std::vector<unsigned char> allowed;
+  std::vector<std::int32_t> allowed;  // 1 = expert in a kept group
   void resize(Index experts, Index groups) {
     gate.resize(static_cast<std::size_t>(experts));
     score.resize(static_cast<std::size_t>(experts));
@@ -154,9 +154,9 @@ inline TokenRoute score_token(const float* l, Index t, Index experts, const Rout
   for (Index e = 0; e < experts; ++e)
     score[e] = gate[e] + (biased ? static_cast<double>(opt.selection_bias[static_cast<std::size_t>(e)]) : 0.0);
 
-  unsigned char* allowed = s.allowed.data();
+  std::int32_t* allowed = s.allowed.data();
   if (opt.num_groups <= 1) {
-    std::fill(allowed, allowed + experts, static_cast<unsigned char>(1));
+    std::fill(allowed, allowed + experts, 1);
   } else {
     const Index g_size = experts / opt.num_groups;
     std::int32_t* order = s.order.data();
@@ -170,9 +170,9 @@ inline TokenRoute score_token(const float* l, Index t, Index experts, const Rout
     }
     std::iota(order, order + opt.num_groups, 0);
     std::partial_sort(order, order + opt.topk_groups, order + opt.num_groups, BetterExpert{s.group_score.data()});
-    std::fill(allowed, allowed + experts, static_cast<unsigned char>(0));
+    std::fill(allowed, allowed + experts, 0);
     for (Index j = 0; j < opt.topk_groups; ++j)
-      std::fill(allowed + order[j] * g_size, allowed + (order[j] + 1) * g_size, static_cast<unsigned char>(1));
+      std::fill(allowed + order[j] * g_size, allowed + (order[j] + 1) * g_size, 1);
   }
   return r;
 }
