@@ -146,6 +146,10 @@ inline void copy_row(T* dst, const T* src, std::size_t n) {
   }
 }
 
+/// Below this many elements moved, dispatch and combine stay on one thread (a parallel region
+/// costs microseconds: more than copying 128 KiB).
+inline constexpr Index kParallelMinElements = Index(1) << 15;
+
 inline void require_cols(Index got, Index want, const char* parameter, const char* what) {
   require(got == want, parameter, got, std::string("must equal ") + what + " (" + std::to_string(want) + ")");
 }
@@ -169,7 +173,7 @@ void dispatch(const DispatchPlan& plan, MatrixView<const T> tokens, MatrixView<T
   const auto d = static_cast<std::size_t>(tokens.cols());
   const std::int32_t* src = plan.row_tokens().data();
   const int nt = resolve_threads(threads);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && n > 1)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && n > 1 && n * tokens.cols() >= detail::kParallelMinElements)
   for (Index r = 0; r < n; ++r) detail::copy_row(rows.row_ptr(r), tokens.row_ptr(src[r]), d);
 }
 
@@ -202,7 +206,7 @@ inline void combine(const DispatchPlan& plan, MatrixView<const float> expert_out
   const int nt = resolve_threads(opt.threads);
   constexpr std::size_t W = simd::kWidth;
   constexpr std::size_t kBlock = 4 * W;  // four accumulators per slot pass
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && tokens > 1)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && tokens > 1 && plan.num_rows() * out.cols() >= detail::kParallelMinElements)
   for (Index t = 0; t < tokens; ++t) {
     float* o = out.row_ptr(t);
     const Index s0 = offsets[t], s1 = offsets[t + 1];

@@ -72,6 +72,7 @@ struct ExpertChoiceOptions {
 namespace detail {
 
 inline constexpr Index kRouterChunk = 64;  // tokens per statistics chunk (fixed: thread-count independent)
+inline constexpr Index kRouterParallelMin = Index(1) << 14;  // logits below which routing stays serial
 
 /// Per-token routing scratch: E doubles of gates, E of selection scores, E ints of order.
 struct RouterTokenScratch {
@@ -329,7 +330,7 @@ inline void route(MatrixView<const float> logits, const RouterOptions& opt, Rout
     }
     buf.chunk_z[static_cast<std::size_t>(c)] = z;
   };
-  if (threads <= 1 || chunks <= 1) {
+  if (threads <= 1 || chunks <= 1 || tokens * experts < detail::kRouterParallelMin) {
     detail::RouterTokenScratch s;
     s.resize(experts, opt.num_groups);
     for (Index c = 0; c < chunks; ++c) run_chunk(c, s);
@@ -403,7 +404,7 @@ inline void route_expert_choice(MatrixView<const float> logits, const ExpertChoi
   std::vector<std::int32_t>& chosen = buf.chosen;
   chosen.resize(static_cast<std::size_t>(experts * cap));
   const int threads = resolve_threads(opt.threads);
-#pragma omp parallel num_threads(threads) if (threads > 1 && experts > 1)
+#pragma omp parallel num_threads(threads) if (threads > 1 && experts > 1 && tokens * experts >= detail::kRouterParallelMin)
   {
     std::vector<std::int32_t> order(static_cast<std::size_t>(tokens));
 #pragma omp for schedule(static)
