@@ -66,6 +66,16 @@ double moved_bytes(Shape s) { return 2.0 * static_cast<double>(kT * s.k) * kD * 
 
 void touch(inferkit::AlignedBuffer<float>& b) { std::memset(b.data(), 0, b.size() * sizeof(float)); }
 
+// Dispatch of the tokens into rows, then combine of rows (the identity expert) into out.
+void move_rows(const inferkit::DispatchPlan& plan, const Inputs& in, inferkit::AlignedBuffer<float>& rows,
+               inferkit::AlignedBuffer<float>& out, int threads) {
+  inferkit::dispatch(plan, MatrixView<const float>(in.x.data(), kT, kD), MatrixView<float>(rows.data(), plan.num_rows(), kD), threads);
+  inferkit::combine(plan, MatrixView<const float>(rows.data(), plan.num_rows(), kD), MatrixView<float>(out.data(), kT, kD),
+                    {.threads = threads});
+  benchmark::DoNotOptimize(out.data());
+  benchmark::ClobberMemory();
+}
+
 void BM_pipeline(benchmark::State& state, Shape s) {
   const int threads = static_cast<int>(state.range(0));
   const Inputs& in = inputs(s);
@@ -79,11 +89,7 @@ void BM_pipeline(benchmark::State& state, Shape s) {
     inferkit::route(MatrixView<const float>(in.logits.data(), kT, s.experts), router(s, threads), routing);
     inferkit::apply_capacity(routing, {}, &stats);
     plan.build(routing);
-    inferkit::dispatch(plan, MatrixView<const float>(in.x.data(), kT, kD), MatrixView<float>(rows.data(), plan.num_rows(), kD), threads);
-    inferkit::combine(plan, MatrixView<const float>(rows.data(), plan.num_rows(), kD), MatrixView<float>(out.data(), kT, kD),
-                      {.threads = threads});
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
+    move_rows(plan, in, rows, out, threads);
   }
   ib::set_gbps(state, moved_bytes(s));
   ib::label_isa(state);
@@ -99,11 +105,7 @@ void BM_dispatch_combine(benchmark::State& state, Shape s) {
   touch(rows);
   touch(out);
   for (auto _ : state) {
-    inferkit::dispatch(plan, MatrixView<const float>(in.x.data(), kT, kD), MatrixView<float>(rows.data(), plan.num_rows(), kD), threads);
-    inferkit::combine(plan, MatrixView<const float>(rows.data(), plan.num_rows(), kD), MatrixView<float>(out.data(), kT, kD),
-                      {.threads = threads});
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
+    move_rows(plan, in, rows, out, threads);
   }
   ib::set_gbps(state, moved_bytes(s));
   ib::label_isa(state);
