@@ -12,12 +12,16 @@
 #include <sstream>
 #include <string>
 
+#include "cli_util.hpp"
 #include "llama2c/quant_weights.hpp"
 #include "llama2c/runner.hpp"
 
 using llama2c::Index;
 using llama2c::Proj;
 using llama2c::TokenId;
+
+using cli_test::run_cli;
+using cli_test::field;
 
 namespace {
 
@@ -62,26 +66,6 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
     den += double(b[i]) * b[i];
   }
   return std::sqrt(num / den);
-}
-
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
-
-double field(const std::string& line, const std::string& name) {
-  std::istringstream in(line);
-  std::string w;
-  while (in >> w)
-    if (w == name && in >> w) return std::stod(w);
-  FAIL("no field " << name << " in: " << line);
-  return 0;
 }
 
 }  // namespace

@@ -16,10 +16,13 @@
 
 #include <unistd.h>
 
+#include "cli_util.hpp"
 #include "llama2c/steering.hpp"
 
 using llama2c::Index;
 using llama2c::TokenId;
+
+using cli_test::run_cli;
 
 namespace {
 
@@ -66,17 +69,6 @@ std::vector<float> logits_of(const llama2c::Model& m, const std::vector<TokenId>
 std::string test_model() {
   const char* p = std::getenv("INFERKIT_TEST_MODEL");
   return p ? p : "";
-}
-
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
 }
 
 // The value after `key` on the "steering ..." line of eval's output.

@@ -1,0 +1,38 @@
+#pragma once
+// Running the llama2c CLI from a test: (exit status, stdout + stderr), and numeric fields of its
+// "name value" output lines.
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include <sys/wait.h>
+
+namespace cli_test {
+
+inline std::pair<int, std::string> run_cli(const std::string& args) {
+  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+/// The number after the first word `name` of `text`.
+inline double field(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w)
+    if (w == name && in >> w) return std::stod(w);
+  FAIL("no field " << name << " in: " << text);
+  return 0;
+}
+
+}  // namespace cli_test
