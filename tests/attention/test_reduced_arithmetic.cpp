@@ -6,9 +6,9 @@
 //        error is |(q - q^) . k_c| <= eps_c (sum over groups of sq / 2 * |k_g|_1, or 2^-8 |q||k|
 //        for bf16), so o moves by at most (e^{2 eps} - 1) sum_c p_c |v_c - o| (softmax weights
 //        change by a factor within e^{+-2 eps}).
-//   p.v: 8- / 4-bit values: each w = p * step rounded to u8 with sw = max_tile p * max_tile step /
-//        255, so |o' - o| <= sum_c |code'_c| max_win(c) p / 510 * max_win(c) step (win: keys within
-//        63 of c, a superset of c's 64-key tile; code' = code - 128 for 8 bits, code for 4 bits);
+//   p.v: 8- / 4-bit values: each w = p * step rounded to 15 bits with sw = max_tile p * max_tile
+//        step / 32767, so |o' - o| <= sum_c code_c max_win(c) p / 65534 * max_win(c) step (win:
+//        keys within 63 of c, a superset of c's 64-key tile; code = (v - zero) / step);
 //        bf16 values: p rounded to bf16, |o' - o| <= 2^-8 sum_c p_c |v_c|.
 #include <catch2/catch.hpp>
 
@@ -126,8 +126,8 @@ void check_bounds(const Problem& P, const std::vector<float>& got, int key_kind,
                 if (c2 < P.vquantized) sw = std::max(sw, double(P.vstep[(g * P.tk + c2) * groups + grp]));
               }
               const double step = P.vstep[(g * P.tk + c) * groups + grp], zero = P.vzero[(g * P.tk + c) * groups + grp];
-              const double code = std::abs((vcj - zero) / step - (P.vbits == 8 ? 128.0 : 0.0));
-              b += code * pw * sw / 510.0;
+              const double code = std::abs((vcj - zero) / step);
+              b += code * pw * sw / 65534.0;
             }
           }
           return b;

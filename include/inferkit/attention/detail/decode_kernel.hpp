@@ -296,6 +296,11 @@ bool reduced_scores(const Rows& keys, Index c0, Index nc, Index d, Index Rp, flo
     if (v.bits == 8) vnni_scores<8>(v, c0, nc, d, rs, Rp, st, rs);
     else vnni_scores<4>(v, c0, nc, d, rs, Rp, st, rs);
     return true;
+  } else if constexpr (bf16_rows<Rows>() && kReducedBf16) {
+    if (d % 32 != 0 || rs.key.kind != QueryRounding::kBf16) return false;
+    alignas(64) float lanes[16];
+    bf16_scores(keys.direct_rows() + c0 * keys.row_stride, keys.row_stride, nc, rs, Rp, d, st, lanes);
+    return true;
   } else {
     return false;
   }
@@ -311,9 +316,9 @@ bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st
     if (c0 + nc > v.tokens || !vnni_pv_apply(v, d)) return false;
     const Index groups = d / v.group_size;
     if (!rs.perm_touched) {
-      rs.o_perm.resize(static_cast<std::size_t>(R * 2 * d));
+      rs.o_perm.resize(static_cast<std::size_t>(R * d));
       rs.o_perm.fill(0.0f);
-      rs.zacc.resize(static_cast<std::size_t>(R * groups));
+      rs.zacc.resize(static_cast<std::size_t>(R * groups * 16));
       rs.zacc.fill(0.0f);
       rs.perm_groups = groups;
       rs.perm_bits = v.bits;
@@ -326,6 +331,12 @@ bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st
         for (Index j = 0; j < Dp; ++j) o[r * Dp + j] *= alpha[r];
     if (v.bits == 8) vnni_pv<8>(v, c0, nc, d, st, Rp, R, alpha, rs);
     else vnni_pv<4>(v, c0, nc, d, st, Rp, R, alpha, rs);
+    return true;
+  } else if constexpr (bf16_rows<Rows>() && kReducedBf16) {
+    if (d % 64 != 0) return false;
+    if (rs.perm_touched) return false;  // (never: bf16 values have no integer accumulators)
+    bf16_pv(values.direct_rows() + c0 * values.row_stride, values.row_stride, nc, st, Rp, R, alpha, o, d, rs);
+    rs.nat_touched = true;
     return true;
   } else {
     return false;
@@ -418,8 +429,8 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       if (p.reduced && reduced_pv(blk.values, c0, nc, d, st, Rp, R, alpha, o, Dp, rs)) continue;
       if (rs.perm_touched) {
         for (Index r = 0; r < R; ++r) {
-          for (Index j = 0; j < 2 * d; ++j) rs.o_perm[static_cast<std::size_t>(r * 2 * d + j)] *= alpha[r];
-          for (Index j = 0; j < rs.perm_groups; ++j) rs.zacc[static_cast<std::size_t>(r * rs.perm_groups + j)] *= alpha[r];
+          for (Index j = 0; j < d; ++j) rs.o_perm[static_cast<std::size_t>(r * d + j)] *= alpha[r];
+          for (Index j = 0; j < rs.perm_groups * 16; ++j) rs.zacc[static_cast<std::size_t>(r * rs.perm_groups * 16 + j)] *= alpha[r];
         }
       }
       if (p.reduced && bf16_rows<decltype(blk.values)>()) round_bf16_inplace(st, nc * Rp);

@@ -8,13 +8,15 @@
 //     summed per group): with AVX-512 VNNI, vpdpbusd with keys in lanes (16 keys per vector, a
 //     16x16 dword transpose of their codes) and the group scale / zero applied once per group;
 //     elsewhere q^ goes through the exact kernel, which computes the same sum in fp32.
-//   q.k, bf16 keys: the query is rounded to bf16 (RNE); the exact kernel multiplies q^ by the
-//     keys (bf16 x bf16 products are exact in fp32, as in vdpbf16ps).
+//   q.k, bf16 keys: the query is rounded to bf16 (RNE); q^ . k by vdpbf16ps (AVX512-BF16) or
+//     by the exact kernel (bf16 x bf16 products are exact in fp32 either way).
 //   p.v, per-token values of 8 or 4 bits, AVX-512 VNNI only: w = p * step of each (row, value
-//     group, key) is rounded to u8 with one scale per (row, group, 64-key tile),
-//     sw = max_tile(p) * max_tile(step) / 255, and sum w^ * code runs as vpdpbusd over 4 keys
-//     per lane (a byte transpose of 4 key rows); the zero-point term sum p * zero stays fp32.
-//   p.v, bf16 values: p is rounded to bf16 before the exact kernel.
+//     group, key) is rounded to a 15-bit integer with one scale per (row, group, 64-key tile),
+//     sw = max_tile(p) * max_tile(step) / 32767, and sum w^ * code runs as vpdpwssd over key
+//     pairs (codes widened to 16 bits, two keys interleaved per lane); the zero-point term
+//     sum p * zero stays fp32.
+//   p.v, bf16 values: p is rounded to bf16; p^ . v by vdpbf16ps over key pairs, else the exact
+//     kernel.
 // Per-channel (KIVI) keys, f32 / f16 caches, 2-bit values and non-VNNI p.v stay exact.
 
 #include <algorithm>
@@ -36,6 +38,14 @@
 #endif
 
 namespace inferkit::detail {
+
+/// Whether the bf16 dot-product (vdpbf16ps) decode kernels are compiled in.
+inline constexpr bool kReducedBf16 =
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+    simd::kWidth == 16;
+#else
+    false;
+#endif
 
 /// Whether the integer (VNNI) decode kernels are compiled in.
 inline constexpr bool kReducedVnni =
@@ -63,12 +73,14 @@ struct ReducedScratch {
   AlignedBuffer<std::int32_t> qd;     // kInt8: [Rp][d / 4] codes, four per dword, in key-vector order
   AlignedBuffer<std::int32_t> qisum;  // kInt8: [Rp][groups] sum of the codes of each group
   AlignedBuffer<float> sq, qsum;      // kInt8: [Rp][groups] scale; scale * code sum
+  AlignedBuffer<std::uint16_t> qbf;   // kBf16: [Rp][Dp] the rounded query's bf16 bits
+  AlignedBuffer<std::uint32_t> pbf;   // bf16 p.v: [key pair][Rp] two bf16 probabilities
   // Tiles: parameters [c][g] and transposed [g][c], probabilities [r][c], u8 weights, codes.
   AlignedBuffer<float> step, zero, stepT, zeroT, pT, sw, zsum;
   AlignedBuffer<std::uint8_t> wq;
   AlignedBuffer<std::int32_t> tbuf;
-  // Integer p.v accumulates into o_perm [R][2 d] (lanes in the kernel's channel order) and
-  // zacc [R][groups] (the zero-point term); both are folded into o at the end of the unit.
+  // Integer p.v accumulates into o_perm [R][d] (in the kernel's channel order, vnni_pv_channel)
+  // and zacc [R][groups][16 lanes] (the zero-point term); both are folded into o at the end.
   AlignedBuffer<float> o_perm, zacc;
   Index perm_groups = 0;
   int perm_bits = 0;
@@ -91,7 +103,11 @@ inline void round_query(const float* q, Index Rp, Index Dp, Index d, QueryRoundi
   rs.qhat.resize(static_cast<std::size_t>(Rp * Dp));
   float* qh = rs.qhat.data();
   if (key.kind == QueryRounding::kBf16) {
-    for (Index i = 0; i < Rp * Dp; ++i) qh[i] = round_bf16(q[i]);
+    rs.qbf.resize(static_cast<std::size_t>(Rp * Dp));
+    for (Index i = 0; i < Rp * Dp; ++i) {
+      qh[i] = round_bf16(q[i]);
+      rs.qbf[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(qh[i]) >> 16);
+    }
     return;
   }
   const Index g = key.group, groups = d / g, nq = d / 4;
@@ -273,126 +289,209 @@ void vnni_scores(const QuantRowsView& v, Index c0, Index nc, Index d, const Redu
 /// Whether vnni_pv handles values of this view for head_dim d.
 inline bool vnni_pv_apply(const QuantRowsView& v, Index d) {
   if (v.per_channel || (v.bits != 8 && v.bits != 4)) return false;
-  return d % 32 == 0 && v.group_size % 32 == 0;
+  return d % 64 == 0 && v.group_size % 32 == 0;
 }
 
-/// Channel of lane (L, i) of accumulator k of 32-channel segment s (the byte transpose below).
-inline Index vnni_pv_channel(int bits, Index s, Index k, Index L, Index i) {
-  return bits == 8 ? 32 * s + 16 * (L % 2) + 4 * k + i : 32 * s + 2 * (4 * k + i) + L % 2;
+/// Channel of o_perm's index x (within a row) for codes of `bits` bits: x = 64 z + 32 h + 16 e
+/// + 4 L + i holds word j = 8 L + 4 e + i of half h of 64-channel block z (vnni_pv).
+inline Index vnni_pv_channel(int bits, Index x) {
+  const Index z = x / 64, h = x / 32 % 2, e = x / 16 % 2, L = x / 4 % 4, i = x % 4, j = 8 * L + 4 * e + i;
+  return bits == 8 ? 64 * z + 32 * h + j : 64 * z + 2 * (16 * h + j % 16) + j / 16;
 }
 
-// o_perm = o_perm * alpha + sum_c w^ code, zacc = zacc * alpha + sum_c p zero' for the tile's
-// nc <= 64 value rows (all quantized) and query rows r < R, with p = st[c][r].
+// o_perm = o_perm * alpha + sw * sum_c w^_c code_c and zacc = zacc * alpha + sum_c p_c zero_c for
+// the tile's nc <= 64 value rows (all quantized) and query rows r < R, p = st[c][r]: w = p * step
+// rounded to 15 bits per (row, group, tile), products summed by vpdpwssd over key pairs.
 template <int Bits>
 void vnni_pv(const QuantRowsView& v, Index c0, Index nc, Index d, const float* st, Index Rp, Index R,
              const float* alpha, ReducedScratch& rs) {
-  const Index gv = v.group_size, groups = d / gv, cb = d * Bits / 8, ncp = ceil_div<Index>(nc, 16) * 16, segs = d / 32;
+  const Index gv = v.group_size, groups = d / gv, cb = d * Bits / 8, ncp = ceil_div<Index>(nc, 16) * 16;
   const std::uint8_t* codes = v.codes + c0 * cb;
   rs.step.resize(static_cast<std::size_t>(ncp * groups + 16));
   rs.zero.resize(rs.step.size());
   rs.stepT.resize(static_cast<std::size_t>(ncp * groups));
   rs.zeroT.resize(rs.stepT.size());
   rs.pT.resize(static_cast<std::size_t>(ncp * Rp));
-  rs.wq.resize(static_cast<std::size_t>(R * groups * 64 + 64));
+  rs.wq.resize(static_cast<std::size_t>(R * groups * 128));
   rs.sw.resize(static_cast<std::size_t>(R * groups));
   decode_quant_params(v, c0 * groups, nc * groups, rs.step.data(), rs.zero.data());
   transpose_to_rows(rs.step.data(), ncp, groups, rs.stepT.data(), ncp);
   transpose_to_rows(rs.zero.data(), ncp, groups, rs.zeroT.data(), ncp);
   transpose_to_rows(st, ncp, Rp, rs.pT.data(), ncp);
   const __mmask16 tail = static_cast<__mmask16>((1u << (nc % 16)) - 1u);
-  // Keys past nc weigh nothing; 8-bit codes are read as signed (code - 128), which moves
-  // 128 * step into the zero point.
+  auto block_mask = [&](Index b) { return b + 16 <= nc ? __mmask16(0xFFFF) : tail; };
   float stepmax[16] = {};
-  for (Index g = 0; g < groups; ++g) {
+  for (Index g = 0; g < groups; ++g) {  // keys past nc weigh nothing
     __m512 mx = _mm512_setzero_ps();
     for (Index b = 0; b < ncp; b += 16) {
       float* sp = rs.stepT.data() + g * ncp + b;
-      float* zp = rs.zeroT.data() + g * ncp + b;
-      const __mmask16 m = b + 16 <= nc ? __mmask16(0xFFFF) : tail;
-      const __m512 sv = _mm512_maskz_loadu_ps(m, sp);
+      const __m512 sv = _mm512_maskz_loadu_ps(block_mask(b), sp);
       _mm512_storeu_ps(sp, sv);
       mx = _mm512_max_ps(mx, sv);
-      __m512 zv = _mm512_maskz_loadu_ps(m, zp);
-      if constexpr (Bits == 8) zv = _mm512_fmadd_ps(sv, _mm512_set1_ps(128.0f), zv);
-      _mm512_storeu_ps(zp, zv);
     }
     stepmax[g] = _mm512_reduce_max_ps(mx);
   }
-  const bool zero_term = !(Bits == 8 && v.symmetric);
   for (Index r = 0; r < R; ++r) {
     __m512 pm = _mm512_setzero_ps();
     float* pr = rs.pT.data() + r * ncp;
     for (Index b = 0; b < ncp; b += 16) {
-      const __m512 pv = _mm512_maskz_loadu_ps(b + 16 <= nc ? __mmask16(0xFFFF) : tail, pr + b);
+      const __m512 pv = _mm512_maskz_loadu_ps(block_mask(b), pr + b);
       _mm512_storeu_ps(pr + b, pv);
       pm = _mm512_max_ps(pm, pv);
     }
     const float pmax = _mm512_reduce_max_ps(pm);
-    const float a = alpha[r];
+    const __m512 av = _mm512_set1_ps(alpha[r]);
     for (Index g = 0; g < groups; ++g) {
       const float top = pmax * stepmax[g];
-      const float inv = top > 0.0f ? 255.0f / top : 0.0f;
-      rs.sw[static_cast<std::size_t>(r * groups + g)] = top / 255.0f;
-      std::uint8_t* w = rs.wq.data() + (r * groups + g) * 64;
-      __m512 zs = _mm512_setzero_ps();
+      const __m512 inv = _mm512_set1_ps(top > 0.0f ? 32767.0f / top : 0.0f);
+      rs.sw[static_cast<std::size_t>(r * groups + g)] = top / 32767.0f;
+      std::int16_t* w = reinterpret_cast<std::int16_t*>(rs.wq.data()) + (r * groups + g) * 64;
+      float* za = rs.zacc.data() + (r * groups + g) * 16;
+      __m512 zs = _mm512_mul_ps(_mm512_loadu_ps(za), av);
       for (Index b = 0; b < ncp; b += 16) {
         const __m512 pv = _mm512_loadu_ps(pr + b), sv = _mm512_loadu_ps(rs.stepT.data() + g * ncp + b);
-        const __m512i wi = _mm512_cvtps_epu32(_mm512_mul_ps(_mm512_mul_ps(pv, sv), _mm512_set1_ps(inv)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(w + b), _mm512_cvtusepi32_epi8(wi));
-        if (zero_term) zs = _mm512_fmadd_ps(pv, _mm512_loadu_ps(rs.zeroT.data() + g * ncp + b), zs);
+        const __m512i wi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(pv, sv), inv));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + b), _mm512_cvtsepi32_epi16(wi));
+        zs = _mm512_fmadd_ps(pv, _mm512_loadu_ps(rs.zeroT.data() + g * ncp + b), zs);
       }
-      float& za = rs.zacc[static_cast<std::size_t>(r * groups + g)];
-      za = za * a + (zero_term ? _mm512_reduce_add_ps(zs) : 0.0f);
+      _mm512_storeu_ps(za, zs);
     }
   }
-  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80)), low = _mm512_set1_epi8(0x0F);
-  const __m512i shifts = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-  const Index octets = ceil_div<Index>(nc, 8);
-  for (Index s = 0; s < segs; ++s) {
-    const Index g = 32 * s / gv;
+  const __m512i low = _mm512_set1_epi16(0x0F);
+  const std::int32_t* wq = reinterpret_cast<const std::int32_t*>(rs.wq.data());  // (r, g, key pair) dwords
+  for (Index z = 0; z < d / 64; ++z) {
+    const Index g0 = 64 * z / gv, g1 = (64 * z + 32) / gv;
     for (Index r0 = 0; r0 < R; r0 += 4) {
       const Index nr = std::min<Index>(4, R - r0);
-      __m512i acc[4][4];
-      for (int rr = 0; rr < 4; ++rr)
-        for (int k = 0; k < 4; ++k) acc[rr][k] = _mm512_setzero_si512();
-      for (Index o = 0; o < octets; ++o) {
-        __m512i in[4];
-        for (Index k = 0; k < 4; ++k) {
-          const std::uint8_t* a = codes + std::min(8 * o + k, nc - 1) * cb;
-          const std::uint8_t* b = codes + std::min(8 * o + 4 + k, nc - 1) * cb;
+      __m512i acc[4][2][2];
+      for (auto& a : acc)
+        for (auto& b : a) b[0] = b[1] = _mm512_setzero_si512();
+      for (Index c = 0; c < nc; c += 2) {
+        __m512i a[2][2];  // [key of the pair][half]: 32 channels as words
+        for (Index kk = 0; kk < 2; ++kk) {
+          const std::uint8_t* row = codes + std::min(c + kk, nc - 1) * cb;
           if constexpr (Bits == 8) {
-            const __m512i x = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * s))),
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32 * s)), 1);
-            in[k] = _mm512_xor_si512(x, sign);
-          } else {  // lanes: a's low nibbles, a's high nibbles, b's low, b's high
-            const __m512i x = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * s)))),
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * s))), 1);
-            in[k] = _mm512_and_si512(_mm512_srlv_epi64(x, shifts), low);
+            a[kk][0] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * z)));
+            a[kk][1] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 64 * z + 32)));
+          } else {  // low nibbles = even channels, high = odd; halves regrouped to 32 channels each
+            const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * z)));
+            const __m512i lo = _mm512_and_si512(x, low), hi = _mm512_srli_epi16(x, 4);
+            a[kk][0] = _mm512_shuffle_i64x2(lo, hi, 0x44);
+            a[kk][1] = _mm512_shuffle_i64x2(lo, hi, 0xEE);
           }
         }
-        // Byte transpose: e[k] lane (L, i) = the 4 keys' codes at lane L's byte 4k + i.
-        const __m512i A = _mm512_unpacklo_epi8(in[0], in[1]), B = _mm512_unpackhi_epi8(in[0], in[1]);
-        const __m512i C = _mm512_unpacklo_epi8(in[2], in[3]), D = _mm512_unpackhi_epi8(in[2], in[3]);
-        const __m512i e[4] = {_mm512_unpacklo_epi16(A, C), _mm512_unpackhi_epi16(A, C), _mm512_unpacklo_epi16(B, D),
-                              _mm512_unpackhi_epi16(B, D)};
+        __m512i e[2][2];
+        for (int h = 0; h < 2; ++h) {
+          e[h][0] = _mm512_unpacklo_epi16(a[0][h], a[1][h]);
+          e[h][1] = _mm512_unpackhi_epi16(a[0][h], a[1][h]);
+        }
         for (Index rr = 0; rr < nr; ++rr) {
-          const std::uint8_t* w = rs.wq.data() + ((r0 + rr) * groups + g) * 64 + 8 * o;
-          std::int32_t lo = 0, hi = 0;
-          std::memcpy(&lo, w, 4);
-          std::memcpy(&hi, w + 4, 4);
-          const __m512i wv = _mm512_mask_set1_epi32(_mm512_set1_epi32(lo), 0xFF00, hi);
-          for (int k = 0; k < 4; ++k) acc[rr][k] = _mm512_dpbusd_epi32(acc[rr][k], wv, e[k]);
+          const Index r = r0 + rr;
+          const __m512i w0 = _mm512_set1_epi32(wq[(r * groups + g0) * 32 + c / 2]);
+          const __m512i w1 = _mm512_set1_epi32(wq[(r * groups + g1) * 32 + c / 2]);
+          acc[rr][0][0] = _mm512_dpwssd_epi32(acc[rr][0][0], e[0][0], w0);
+          acc[rr][0][1] = _mm512_dpwssd_epi32(acc[rr][0][1], e[0][1], w0);
+          acc[rr][1][0] = _mm512_dpwssd_epi32(acc[rr][1][0], e[1][0], w1);
+          acc[rr][1][1] = _mm512_dpwssd_epi32(acc[rr][1][1], e[1][1], w1);
         }
       }
       for (Index rr = 0; rr < nr; ++rr) {
         const Index r = r0 + rr;
-        const __m512 swv = _mm512_set1_ps(rs.sw[static_cast<std::size_t>(r * groups + g)]), av = _mm512_set1_ps(alpha[r]);
-        float* op = rs.o_perm.data() + r * 2 * d + s * 64;
-        for (int k = 0; k < 4; ++k)
-          _mm512_storeu_ps(op + 16 * k, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[rr][k]), swv,
-                                                        _mm512_mul_ps(_mm512_loadu_ps(op + 16 * k), av)));
+        const __m512 av = _mm512_set1_ps(alpha[r]);
+        float* op = rs.o_perm.data() + r * d + 64 * z;
+        for (int h = 0; h < 2; ++h) {
+          const __m512 swv = _mm512_set1_ps(rs.sw[static_cast<std::size_t>(r * groups + (h ? g1 : g0))]);
+          for (int e2 = 0; e2 < 2; ++e2)
+            _mm512_storeu_ps(op + 32 * h + 16 * e2, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[rr][h][e2]), swv,
+                                                                  _mm512_mul_ps(_mm512_loadu_ps(op + 32 * h + 16 * e2), av)));
+        }
+      }
+    }
+  }
+}
+
+#endif
+
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+
+// S^T[c][r] = q^_r . k_c for nc bf16 key rows (row stride `stride` elements) and every row
+// r < Rp, q^ in bf16 (rs.qbf): 4 keys x 4 rows per transposing reduction, vdpbf16ps over 32
+// elements per instruction (bf16 products are exact; sums in fp32). Dp == d, d % 32 == 0.
+inline void bf16_scores(const BFloat16* rows, Index stride, Index nc, const ReducedScratch& rs, Index Rp, Index Dp,
+                        float* st, float* lanes) {
+  for (Index kb = 0; kb < nc; kb += 4) {
+    const BFloat16* kr[4];
+    for (Index i = 0; i < 4; ++i) kr[i] = rows + std::min(kb + i, nc - 1) * stride;
+    for (Index rb = 0; rb < Rp; rb += 4) {
+      simd::VecF acc[16];
+      __m512 a[16];
+      for (auto& x : a) x = _mm512_setzero_ps();
+      for (Index dv = 0; dv < Dp; dv += 32) {
+        __m512bh kv[4];
+        for (Index i = 0; i < 4; ++i) kv[i] = (__m512bh)_mm512_loadu_si512(kr[i] + dv);
+        for (Index j = 0; j < 4; ++j) {
+          const __m512bh qv = (__m512bh)_mm512_loadu_si512(rs.qbf.data() + (rb + j) * Dp + dv);
+          for (Index i = 0; i < 4; ++i) a[i * 4 + j] = _mm512_dpbf16_ps(a[i * 4 + j], qv, kv[i]);
+        }
+      }
+      for (int i = 0; i < 16; ++i) acc[i] = a[i];
+      const simd::VecF sums = simd::haddp(acc);  // lane i * 4 + j: key kb + i, row rb + j
+      if (Rp == 4 && kb + 4 <= nc) {
+        simd::store(st + kb * 4, sums);
+      } else {
+        simd::store(lanes, sums);
+        for (Index i = 0; i < 4 && kb + i < nc; ++i)
+          for (Index j = 0; j < 4; ++j) st[(kb + i) * Rp + rb + j] = lanes[i * 4 + j];
+      }
+    }
+  }
+}
+
+// o[r] = o[r] * alpha[r] + sum_c p^_{c,r} v_c for nc bf16 value rows and rows r < R, p^ = p
+// rounded to bf16: two keys interleaved per lane (vdpbf16ps), 64 channels x 4 rows per pass;
+// the lane order (channels 8L + i and 8L + 4 + i of each 32) is undone once per tile.
+inline void bf16_pv(const BFloat16* rows, Index stride, Index nc, const float* st, Index Rp, Index R,
+                    const float* alpha, float* o, Index Dp, ReducedScratch& rs) {
+  const Index pairs = ceil_div<Index>(nc, 2);
+  rs.pbf.resize(static_cast<std::size_t>(pairs * Rp));
+  for (Index c2 = 0; c2 < pairs; ++c2)
+    for (Index r = 0; r < R; ++r) {
+      const float p0 = st[(2 * c2) * Rp + r], p1 = 2 * c2 + 1 < nc ? st[(2 * c2 + 1) * Rp + r] : 0.0f;
+      rs.pbf[static_cast<std::size_t>(c2 * Rp + r)] = (std::bit_cast<std::uint32_t>(round_bf16(p0)) >> 16) |
+                                                      (std::bit_cast<std::uint32_t>(round_bf16(p1)) & 0xFFFF0000u);
+    }
+  // Natural order from the two accumulators of 32 channels: lo holds 8L + i, hi 8L + 4 + i.
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (Index r0 = 0; r0 < R; r0 += 4) {
+    const Index nr = std::min<Index>(4, R - r0);
+    for (Index j0 = 0; j0 < Dp; j0 += 64) {
+      __m512 acc[4][4];
+      for (auto& a : acc)
+        for (auto& x : a) x = _mm512_setzero_ps();
+      for (Index c2 = 0; c2 < pairs; ++c2) {
+        const BFloat16* a = rows + (2 * c2) * stride + j0;
+        const BFloat16* b = rows + std::min(2 * c2 + 1, nc - 1) * stride + j0;
+        __m512bh e[4];
+        for (int m = 0; m < 2; ++m) {
+          const __m512i x = _mm512_loadu_si512(a + 32 * m), y = _mm512_loadu_si512(b + 32 * m);
+          e[2 * m] = (__m512bh)_mm512_unpacklo_epi16(x, y);
+          e[2 * m + 1] = (__m512bh)_mm512_unpackhi_epi16(x, y);
+        }
+        for (Index rr = 0; rr < nr; ++rr) {
+          const __m512bh pv = (__m512bh)_mm512_set1_epi32(static_cast<int>(rs.pbf[static_cast<std::size_t>(c2 * Rp + r0 + rr)]));
+          for (int k = 0; k < 4; ++k) acc[rr][k] = _mm512_dpbf16_ps(acc[rr][k], pv, e[k]);
+        }
+      }
+      for (Index rr = 0; rr < nr; ++rr) {
+        float* orow = o + (r0 + rr) * Dp + j0;
+        const __m512 av = _mm512_set1_ps(alpha[r0 + rr]);
+        for (int m = 0; m < 2; ++m) {
+          const __m512 n0 = _mm512_permutex2var_ps(acc[rr][2 * m], first, acc[rr][2 * m + 1]);
+          const __m512 n1 = _mm512_permutex2var_ps(acc[rr][2 * m], second, acc[rr][2 * m + 1]);
+          _mm512_storeu_ps(orow + 32 * m, _mm512_fmadd_ps(_mm512_loadu_ps(orow + 32 * m), av, n0));
+          _mm512_storeu_ps(orow + 32 * m + 16, _mm512_fmadd_ps(_mm512_loadu_ps(orow + 32 * m + 16), av, n1));
+        }
       }
     }
   }
@@ -405,16 +504,17 @@ inline void fold_reduced_pv(ReducedScratch& rs, Index R, Index d, Index Dp, floa
   if (!rs.perm_touched) return;
   const Index groups = rs.perm_groups, gv = d / groups;
   for (Index r = 0; r < R; ++r) {
-    const float* op = rs.o_perm.data() + r * 2 * d;
+    const float* op = rs.o_perm.data() + r * d;
     float* orow = o + r * Dp;
-    for (Index s = 0; s < d / 32; ++s)
-      for (Index k = 0; k < 4; ++k)
-        for (Index L = 0; L < 4; ++L)
-          for (Index i = 0; i < 4; ++i) {
-            const Index ch = rs.perm_bits == 8 ? 32 * s + 16 * (L % 2) + 4 * k + i : 32 * s + 2 * (4 * k + i) + L % 2;
-            orow[ch] += op[s * 64 + k * 16 + L * 4 + i];
-          }
-    for (Index c = 0; c < d; ++c) orow[c] += rs.zacc[static_cast<std::size_t>(r * groups + c / gv)];
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    for (Index x = 0; x < d; ++x) orow[vnni_pv_channel(rs.perm_bits, x)] += op[x];
+#endif
+    for (Index c = 0; c < d; ++c) {
+      const float* za = rs.zacc.data() + (r * groups + c / gv) * 16;
+      float zs = 0.0f;
+      for (Index i = 0; i < 16; ++i) zs += za[i];
+      orow[c] += zs;
+    }
   }
 }
 
