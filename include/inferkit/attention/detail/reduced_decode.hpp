@@ -453,13 +453,27 @@ inline void bf16_scores(const BFloat16* rows, Index stride, Index nc, const Redu
 inline void bf16_pv(const BFloat16* rows, Index stride, Index nc, const float* st, Index Rp, Index R,
                     const float* alpha, float* o, Index Dp, ReducedScratch& rs) {
   const Index pairs = ceil_div<Index>(nc, 2);
-  rs.pbf.resize(static_cast<std::size_t>(pairs * Rp));
-  for (Index c2 = 0; c2 < pairs; ++c2)
-    for (Index r = 0; r < R; ++r) {
-      const float p0 = st[(2 * c2) * Rp + r], p1 = 2 * c2 + 1 < nc ? st[(2 * c2 + 1) * Rp + r] : 0.0f;
-      rs.pbf[static_cast<std::size_t>(c2 * Rp + r)] = (std::bit_cast<std::uint32_t>(round_bf16(p0)) >> 16) |
-                                                      (std::bit_cast<std::uint32_t>(round_bf16(p1)) & 0xFFFF0000u);
+  rs.pbf.resize(static_cast<std::size_t>(pairs * Rp + 16));
+  if (Rp == 4) {  // p rounded 16 at a time (vcvtneps2bf16: RNE), then each pair's rows interleaved
+    alignas(64) std::uint16_t sbf[64 * 4 + 32];
+    for (Index i = 0; i < 2 * pairs * 4; i += 16) {
+      const __m512 x = i + 16 <= nc * 4 ? _mm512_loadu_ps(st + i)
+                                        : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (nc * 4 - i)) - 1u), st + i);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sbf + i), (__m256i)_mm512_cvtneps_pbh(x));
     }
+    for (Index c2 = 0; c2 < pairs; ++c2) {
+      const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sbf + 8 * c2));
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sbf + 8 * c2 + 4));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(rs.pbf.data() + c2 * 4), _mm_unpacklo_epi16(a, b));
+    }
+  } else {
+    for (Index c2 = 0; c2 < pairs; ++c2)
+      for (Index r = 0; r < R; ++r) {
+        const float p0 = st[(2 * c2) * Rp + r], p1 = 2 * c2 + 1 < nc ? st[(2 * c2 + 1) * Rp + r] : 0.0f;
+        rs.pbf[static_cast<std::size_t>(c2 * Rp + r)] = (std::bit_cast<std::uint32_t>(round_bf16(p0)) >> 16) |
+                                                        (std::bit_cast<std::uint32_t>(round_bf16(p1)) & 0xFFFF0000u);
+      }
+  }
   // Natural order from the two accumulators of 32 channels: lo holds 8L + i, hi 8L + 4 + i.
   const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
