@@ -231,7 +231,7 @@ TEST_CASE("reduced arithmetic over quantized caches stays within its stated boun
       dequantize(cache, P);
       read_value_params(cache, P);
       const bool per_token_keys = cfg.keys.axis == inferkit::QuantAxis::kPerToken;
-      const bool integer_pv = inferkit::detail::kReducedVnni && (P.vbits == 8 || P.vbits == 4) && sh.d % 32 == 0 &&
+      const bool integer_pv = inferkit::detail::kReducedVnni && (P.vbits == 8 || P.vbits == 4) && sh.d % 64 == 0 &&
                               cfg.values.group_size % 32 == 0;
       check_source(P, cache.source(0), per_token_keys ? 8 : 0, cfg.keys.group_size, per_token_keys || integer_pv);
     }

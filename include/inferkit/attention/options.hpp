@@ -59,16 +59,18 @@ enum class AttentionArithmetic {
 /// The arithmetic's name as the llama2c example's --attn-arith flag spells it: "exact" or "fast".
 inline const char* arithmetic_name(AttentionArithmetic a) { return a == AttentionArithmetic::kExact ? "exact" : "fast"; }
 
+/// Options of every attention entry point (masks, positions, scores, threads, arithmetic; file
+/// comment). Invalid values throw std::invalid_argument naming the field.
 struct AttentionOptions {
-  std::optional<float> scale;                     // default 1 / sqrt(head_dim)
-  bool causal = true;
-  Index window = 0;                               // 0 = no sliding window
-  bool alibi = false;                             // slopes from alibi_slopes(num_q_heads)
-  std::span<const float> alibi_slopes = {};       // custom per-query-head slopes (implies alibi)
-  float softcap = 0.0f;                           // 0 = off
-  std::span<const std::int32_t> query_positions = {};  // default bottom-right aligned
-  int num_threads = 0;                            // 0 = OpenMP default
-  Index kv_split_tokens = 0;                      // decode split size; 0 = chosen from the shape
+  std::optional<float> scale;                     ///< score scale; default 1 / sqrt(head_dim)
+  bool causal = true;                             ///< causal mask (keys at positions <= the query's)
+  Index window = 0;                               ///< sliding window in positions; 0 = none
+  bool alibi = false;                             ///< ALiBi with slopes from alibi_slopes(num_q_heads)
+  std::span<const float> alibi_slopes = {};       ///< custom per-query-head slopes (implies alibi)
+  float softcap = 0.0f;                           ///< soft-cap c of the scores; 0 = off
+  std::span<const std::int32_t> query_positions = {};  ///< per query token; default bottom-right aligned
+  int num_threads = 0;                            ///< 0 = OpenMP default
+  Index kv_split_tokens = 0;                      ///< decode split size in tokens; 0 = chosen from the shape
   /// Batch-invariant mode (file comment): a row's bits do not depend on its batch mates, its
   /// chunking, its path or the thread count. kv_split_tokens, if set, must then be a multiple of
   /// kBatchInvariantKeyTile; it is part of what the bits depend on.

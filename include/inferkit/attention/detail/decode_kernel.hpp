@@ -290,27 +290,33 @@ const float* reduced_query(const Rows& keys, const float* q, Index Rp, Index Dp,
 /// the caller must run the float kernel (with the rounded query).
 template <class Rows>
 bool reduced_scores(const Rows& keys, Index c0, Index nc, Index d, Index Rp, float* st, ReducedScratch& rs) {
+#if INFERKIT_DETAIL_REDUCED_VNNI
   if constexpr (QuantizedRows<Rows> && kReducedVnni) {
     const QuantRowsView v = keys.quantized_view();
     if (c0 + nc > v.tokens || !vnni_scores_apply(v, d) || rs.key.kind != QueryRounding::kInt8) return false;
     if (v.bits == 8) vnni_scores<8>(v, c0, nc, d, rs, Rp, st, rs);
     else vnni_scores<4>(v, c0, nc, d, rs, Rp, st, rs);
     return true;
-  } else if constexpr (bf16_rows<Rows>() && kReducedBf16) {
+  }
+#endif
+#if INFERKIT_DETAIL_REDUCED_BF16
+  if constexpr (bf16_rows<Rows>() && kReducedBf16) {
     if (d % 32 != 0 || rs.key.kind != QueryRounding::kBf16) return false;
     alignas(64) float lanes[16];
     bf16_scores(keys.direct_rows() + c0 * keys.row_stride, keys.row_stride, nc, rs, Rp, d, st, lanes);
     return true;
-  } else {
-    return false;
   }
+#endif
+  (void)keys, (void)c0, (void)nc, (void)d, (void)Rp, (void)st, (void)rs;
+  return false;
 }
 
-/// o = o * alpha + P V of a tile by integer dot products where the values allow; false if the
-/// caller must run the float kernel.
+/// o = o * alpha + P V of a tile by integer or bf16 dot products where the values allow; false
+/// if the caller must run the float kernel.
 template <class Rows>
 bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st, Index Rp, Index R,
                 const float* alpha, float* o, Index Dp, ReducedScratch& rs) {
+#if INFERKIT_DETAIL_REDUCED_VNNI
   if constexpr (QuantizedRows<Rows> && kReducedVnni) {
     const QuantRowsView v = values.quantized_view();
     if (c0 + nc > v.tokens || !vnni_pv_apply(v, d)) return false;
@@ -332,15 +338,18 @@ bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st
     if (v.bits == 8) vnni_pv<8>(v, c0, nc, d, st, Rp, R, alpha, rs);
     else vnni_pv<4>(v, c0, nc, d, st, Rp, R, alpha, rs);
     return true;
-  } else if constexpr (bf16_rows<Rows>() && kReducedBf16) {
-    if (d % 64 != 0) return false;
-    if (rs.perm_touched) return false;  // (never: bf16 values have no integer accumulators)
+  }
+#endif
+#if INFERKIT_DETAIL_REDUCED_BF16
+  if constexpr (bf16_rows<Rows>() && kReducedBf16) {
+    if (d % 64 != 0 || rs.perm_touched) return false;  // (bf16 values never have integer accumulators)
     bf16_pv(values.direct_rows() + c0 * values.row_stride, values.row_stride, nc, st, Rp, R, alpha, o, d, rs);
     rs.nat_touched = true;
     return true;
-  } else {
-    return false;
   }
+#endif
+  (void)values, (void)c0, (void)nc, (void)d, (void)st, (void)Rp, (void)R, (void)alpha, (void)o, (void)Dp, (void)rs;
+  return false;
 }
 
 /// Partial attention of all query rows of KV head g over source tokens [begin, end) (global

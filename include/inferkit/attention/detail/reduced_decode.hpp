@@ -39,21 +39,21 @@
 
 namespace inferkit::detail {
 
-/// Whether the bf16 dot-product (vdpbf16ps) decode kernels are compiled in.
-inline constexpr bool kReducedBf16 =
 #if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
-    simd::kWidth == 16;
+#define INFERKIT_DETAIL_REDUCED_BF16 1
 #else
-    false;
+#define INFERKIT_DETAIL_REDUCED_BF16 0
+#endif
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define INFERKIT_DETAIL_REDUCED_VNNI 1
+#else
+#define INFERKIT_DETAIL_REDUCED_VNNI 0
 #endif
 
+/// Whether the bf16 dot-product (vdpbf16ps) decode kernels are compiled in.
+inline constexpr bool kReducedBf16 = INFERKIT_DETAIL_REDUCED_BF16 && simd::kWidth == 16;
 /// Whether the integer (VNNI) decode kernels are compiled in.
-inline constexpr bool kReducedVnni =
-#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-    simd::kWidth == 16;
-#else
-    false;
-#endif
+inline constexpr bool kReducedVnni = INFERKIT_DETAIL_REDUCED_VNNI && simd::kWidth == 16;
 
 /// How the query is rounded for a source's keys.
 enum class QueryRounding { kNone, kInt8, kBf16 };
@@ -171,7 +171,7 @@ inline void transpose_to_rows(const float* src, Index n, Index n_g, float* dst, 
 }
 #endif
 
-#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if INFERKIT_DETAIL_REDUCED_VNNI
 
 // r[m] lane i <- r[i] dword m (a 16 x 16 transpose of dwords).
 inline void transpose16x16(__m512i r[16]) {
@@ -412,7 +412,7 @@ void vnni_pv(const QuantRowsView& v, Index c0, Index nc, Index d, const float* s
 
 #endif
 
-#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#if INFERKIT_DETAIL_REDUCED_BF16
 
 // S^T[c][r] = q^_r . k_c for nc bf16 key rows (row stride `stride` elements) and every row
 // r < Rp, q^ in bf16 (rs.qbf): 4 keys x 4 rows per transposing reduction, vdpbf16ps over 32
@@ -520,8 +520,10 @@ inline void fold_reduced_pv(ReducedScratch& rs, Index R, Index d, Index Dp, floa
   for (Index r = 0; r < R; ++r) {
     const float* op = rs.o_perm.data() + r * d;
     float* orow = o + r * Dp;
-#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if INFERKIT_DETAIL_REDUCED_VNNI
     for (Index x = 0; x < d; ++x) orow[vnni_pv_channel(rs.perm_bits, x)] += op[x];
+#else
+    (void)op;
 #endif
     for (Index c = 0; c < d; ++c) {
       const float* za = rs.zacc.data() + (r * groups + c / gv) * 16;
