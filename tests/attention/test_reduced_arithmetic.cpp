@@ -108,10 +108,22 @@ void check_bounds(const Problem& P, const std::vector<float>& got, int key_kind,
       double vmax = 0;
       for (Index c = 0; c < visible; ++c)
         for (Index j = 0; j < P.d; ++j) vmax = std::max(vmax, double(std::abs(P.vd[(c * P.hkv + g) * P.d + j])));
+      // Window maxima of p and of each group's step (keys within 63 of c), once per row.
+      const Index groups = P.vgroup > 0 ? P.d / P.vgroup : 1;
+      std::vector<double> pw_hat(static_cast<std::size_t>(visible)), pw(pw_hat.size()),
+          sw(static_cast<std::size_t>(visible * groups), 0.0);
+      for (Index c = 0; c < visible; ++c)
+        for (Index c2 = std::max<Index>(0, c - 63); c2 < std::min(visible, c + 64); ++c2) {
+          pw_hat[c] = std::max(pw_hat[c], p_hat[c2]);
+          pw[c] = std::max(pw[c], p[c2]);
+          if ((P.vbits == 8 || P.vbits == 4) && c2 < P.vquantized)
+            for (Index grp = 0; grp < groups; ++grp)
+              sw[c * groups + grp] = std::max(sw[c * groups + grp], double(P.vstep[(g * P.tk + c2) * groups + grp]));
+        }
       for (Index j = 0; j < P.d; ++j) {
         // p.v bound with the probabilities of the rounded-query problem (and, for the stated
         // bound, the unrounded one grown by e^{2 eps}).
-        auto pv_bound = [&](const std::vector<double>& pp, double factor) {
+        auto pv_bound = [&](const std::vector<double>& pp, const std::vector<double>& pwin, double factor) {
           double b = 0;
           for (Index c = 0; c < visible; ++c) {
             const double vcj = P.vd[(c * P.hkv + g) * P.d + j];
@@ -119,25 +131,20 @@ void check_bounds(const Problem& P, const std::vector<float>& got, int key_kind,
               b += std::ldexp(pp[c] * factor * std::abs(vcj), -8);
             } else if (P.vbits == 8 || P.vbits == 4) {
               if (c >= P.vquantized) continue;
-              const Index grp = j / P.vgroup, groups = P.d / P.vgroup;
-              double pw = 0, sw = 0;
-              for (Index c2 = std::max<Index>(0, c - 63); c2 < std::min(visible, c + 64); ++c2) {
-                pw = std::max(pw, pp[c2] * factor);
-                if (c2 < P.vquantized) sw = std::max(sw, double(P.vstep[(g * P.tk + c2) * groups + grp]));
-              }
+              const Index grp = j / P.vgroup;
               const double step = P.vstep[(g * P.tk + c) * groups + grp], zero = P.vzero[(g * P.tk + c) * groups + grp];
               const double code = std::abs((vcj - zero) / step);
-              b += code * pw * sw / 65534.0;
+              b += code * pwin[c] * factor * sw[c * groups + grp] / 65534.0;
             }
           }
           return b;
         };
         const Index oi = (t * P.hq + h) * P.d + j;
         const double slack = 3e-5 * (1 + vmax);
-        const double spec = pv_bound(p_hat, 1.0) + slack;
+        const double spec = pv_bound(p_hat, pw_hat, 1.0) + slack;
         double spread = 0;
         for (Index c = 0; c < visible; ++c) spread += p[c] * std::abs(P.vd[(c * P.hkv + g) * P.d + j] - o[j]);
-        const double stated = (grow - 1) * spread + pv_bound(p, grow) + slack;
+        const double stated = (grow - 1) * spread + pv_bound(p, pw, grow) + slack;
         const double e_spec = std::abs(got[oi] - o_hat[j]), e_stated = std::abs(got[oi] - o[j]);
         worst_spec = std::max(worst_spec, e_spec / spec);
         worst_stated = std::max(worst_stated, e_stated / stated);
