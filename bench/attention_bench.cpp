@@ -4,6 +4,8 @@
 //     products, softmax, SIMD axpy (the llama2.c shape), parallel over heads.
 //   attention_decode/{inferkit,memread}/Tk<N>_Hq32_Hkv8_D128_<kv type>/threads:2   counter GBps
 //     (K + V bytes per second); memread = a plain SIMD sum over the same bytes.
+//   attention_decode/inferkit_fast/Hq32_Hkv8_D128_bf16/Tk<N>/threads:2: the same with
+//     AttentionArithmetic::kReduced; counter err_rel_rms against the exact arithmetic.
 //   attention_varlen/{inferkit,padded}/B8_len64-2048_Hq32_Hkv8_D128_causal     counter GFLOPS
 //     of the real (unpadded) tokens; padded = every sequence computed at the longest length.
 #include <benchmark/benchmark.h>
@@ -100,6 +102,9 @@ void BM_prefill_naive(benchmark::State& state) {
 
 // ---- decode ----------------------------------------------------------------------------------
 
+using inferkit::BFloat16;
+using inferkit::Float16;
+
 template <class T>
 struct DecodeData {
   Index tk;
@@ -118,12 +123,28 @@ struct DecodeData {
   double bytes() const { return 2.0 * static_cast<double>(k.size()) * sizeof(T); }
 };
 
-template <class T>
+template <class T, inferkit::AttentionArithmetic A = inferkit::AttentionArithmetic::kExact>
 void BM_decode_inferkit(benchmark::State& state) {
   DecodeData<T> data(state.range(0));
   inferkit::AttentionOptions opt;
   opt.num_threads = static_cast<int>(state.range(1));
+  opt.arithmetic = A;
   const auto kv = data.kv();
+  if constexpr (A != inferkit::AttentionArithmetic::kExact) {  // the rounding the mode adds
+    inferkit::AttentionOptions eo = opt;
+    eo.arithmetic = inferkit::AttentionArithmetic::kExact;
+    std::vector<float> exact(data.out.size());
+    inferkit::attention(inferkit::Tensor3View<const float>(data.q.data(), 1, kHq, kD), kv,
+                        inferkit::Tensor3View<float>(exact.data(), 1, kHq, kD), {}, eo);
+    inferkit::attention(inferkit::Tensor3View<const float>(data.q.data(), 1, kHq, kD), kv,
+                        inferkit::Tensor3View<float>(data.out.data(), 1, kHq, kD), {}, opt);
+    double sq = 0, ref = 0;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+      sq += (double(data.out[i]) - exact[i]) * (double(data.out[i]) - exact[i]);
+      ref += double(exact[i]) * exact[i];
+    }
+    state.counters["err_rel_rms"] = std::sqrt(sq / ref);
+  }
   for (auto _ : state) {
     inferkit::attention(inferkit::Tensor3View<const float>(data.q.data(), 1, kHq, kD), kv,
                         inferkit::Tensor3View<float>(data.out.data(), 1, kHq, kD), {}, opt);
@@ -188,9 +209,6 @@ void BM_varlen_padded(benchmark::State& state) {
   run_varlen(std::vector<std::int32_t>(kVarlenLengths.size(), longest), static_cast<int>(state.range(0)), state);
 }
 
-using inferkit::BFloat16;
-using inferkit::Float16;
-
 BENCHMARK(BM_prefill_inferkit)->Name("attention_prefill/inferkit/T2048_Hq32_Hkv8_D128_causal")
     ->ArgsProduct({{2048}, {1, 2}})->ArgNames({"", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_prefill_naive)->Name("attention_prefill/naive/T2048_Hq32_Hkv8_D128_causal")
@@ -201,6 +219,11 @@ BENCHMARK(BM_prefill_naive)->Name("attention_prefill/naive/T2048_Hq32_Hkv8_D128_
       ->ArgsProduct({{4096, 32768}, {2}})->ArgNames({"Tk", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond); \
   BENCHMARK(BM_decode_memread<T>)->Name("attention_decode/memread/Hq32_Hkv8_D128_" tname)                        \
       ->ArgsProduct({{4096, 32768}, {2}})->ArgNames({"Tk", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+// Issue 17: AttentionArithmetic::kReduced over bf16 (err_rel_rms: against the exact arithmetic
+// on the same cache).
+BENCHMARK(BM_decode_inferkit<BFloat16, inferkit::AttentionArithmetic::kReduced>)
+    ->Name("attention_decode/inferkit_fast/Hq32_Hkv8_D128_bf16")->ArgsProduct({{4096, 32768}, {2}})
+    ->ArgNames({"Tk", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 INFERKIT_DECODE_BENCH(float, "f32")
 INFERKIT_DECODE_BENCH(BFloat16, "bf16")
 INFERKIT_DECODE_BENCH(Float16, "f16")

@@ -3,6 +3,10 @@
 //   read per second) and, for quantized schemes, err_max / err_rms of the attention output
 //   relative to the f32 result on the same data (random normal K/V with outlier key channels).
 //   attention_decode/memread/...: a SIMD sum over the same number of bytes.
+//   attention_decode/inferkit_fast/...: the same caches with AttentionArithmetic::kReduced
+//   (issue 17): err_rel_rms is still against the f32 result on the original data, and
+//   err_rel_rms_vs_exact against the exact arithmetic on the same cache (the rounding the mode
+//   adds). Tk4096 rows: the first 4,096 tokens of the same data.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -24,28 +28,53 @@ namespace ib = inferkit::bench;
 constexpr Index kHq = 32, kHkv = 8, kD = 128, kTk = 32768;
 
 struct Data {
-  std::vector<float> k, v, q, exact;
+  std::vector<float> k, v, q, exact, exact4k;
   Data() : k(ib::normal_floats(kTk * kHkv * kD, 1.0f, 21)), v(ib::normal_floats(kTk * kHkv * kD, 1.0f, 22)),
-           q(ib::normal_floats(kHq * kD, 1.0f, 23)), exact(kHq * kD) {
+           q(ib::normal_floats(kHq * kD, 1.0f, 23)), exact(kHq * kD), exact4k(kHq * kD) {
     for (Index t = 0; t < kTk; ++t)
       for (Index h = 0; h < kHkv; ++h)
         for (Index c : {3, 77}) k[static_cast<std::size_t>((t * kHkv + h) * kD + c)] *= 15.0f;  // outlier channels
-    inferkit::DenseKvCache<float> f32(1, kHkv, kD, kTk, inferkit::CacheGrowth::kFixed);
-    f32.append(0, {k.data(), kTk, kHkv, kD}, {v.data(), kTk, kHkv, kD});
-    inferkit::attention(inferkit::Tensor3View<const float>(q.data(), 1, kHq, kD), f32.source(0), {exact.data(), 1, kHq, kD});
+    for (Index tk : {kTk, Index{4096}}) {
+      inferkit::DenseKvCache<float> f32(1, kHkv, kD, tk, inferkit::CacheGrowth::kFixed);
+      f32.append(0, {k.data(), tk, kHkv, kD}, {v.data(), tk, kHkv, kD});
+      inferkit::attention(inferkit::Tensor3View<const float>(q.data(), 1, kHq, kD), f32.source(0),
+                          {(tk == kTk ? exact : exact4k).data(), 1, kHq, kD});
+    }
   }
+  const std::vector<float>& exact_for(Index tk) const { return tk == kTk ? exact : exact4k; }
 };
 const Data& data() {
   static const Data d;
   return d;
 }
 
+double rel_rms(const std::vector<float>& got, const std::vector<float>& ref) {
+  double sq = 0, r = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    sq += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    r += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(sq / r);
+}
+
+using inferkit::AttentionArithmetic;
+
 template <class Source>
-void run_decode(benchmark::State& state, const Source& src, double bytes, const std::vector<float>* exact) {
+void run_decode(benchmark::State& state, const Source& src, double bytes, const std::vector<float>* exact,
+                AttentionArithmetic arith = AttentionArithmetic::kExact) {
   const Data& d = data();
   std::vector<float> out(kHq * kD);
   inferkit::AttentionOptions opt;
   opt.num_threads = 2;
+  opt.arithmetic = arith;
+  if (arith != AttentionArithmetic::kExact) {  // the rounding the mode adds, on the same cache
+    std::vector<float> same(kHq * kD);
+    inferkit::AttentionOptions eo = opt;
+    eo.arithmetic = AttentionArithmetic::kExact;
+    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {same.data(), 1, kHq, kD}, {}, eo);
+    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {out.data(), 1, kHq, kD}, {}, opt);
+    state.counters["err_rel_rms_vs_exact"] = rel_rms(out, same);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {out.data(), 1, kHq, kD}, {}, opt);
@@ -69,19 +98,27 @@ void run_decode(benchmark::State& state, const Source& src, double bytes, const 
 }
 
 template <class T>
-void BM_dense(benchmark::State& state) {
+void dense_decode(benchmark::State& state, Index tk, AttentionArithmetic arith) {
   const Data& d = data();
-  inferkit::DenseKvCache<T> cache(1, kHkv, kD, kTk, inferkit::CacheGrowth::kFixed);
-  cache.append(0, {d.k.data(), kTk, kHkv, kD}, {d.v.data(), kTk, kHkv, kD});
-  run_decode(state, cache.source(0), cache.bytes_per_token() * kTk, std::is_same_v<T, float> ? nullptr : &d.exact);
+  inferkit::DenseKvCache<T> cache(1, kHkv, kD, tk, inferkit::CacheGrowth::kFixed);
+  cache.append(0, {d.k.data(), tk, kHkv, kD}, {d.v.data(), tk, kHkv, kD});
+  run_decode(state, cache.source(0), cache.bytes_per_token() * double(tk), std::is_same_v<T, float> ? nullptr : &d.exact_for(tk),
+             arith);
 }
+template <class T>
+void BM_dense(benchmark::State& state) { dense_decode<T>(state, kTk, AttentionArithmetic::kExact); }
+void bf16_decode(benchmark::State& state, Index tk, AttentionArithmetic a) { dense_decode<inferkit::BFloat16>(state, tk, a); }
+void f32_decode(benchmark::State& state, Index tk, AttentionArithmetic a) { dense_decode<float>(state, tk, a); }
 
-void BM_quantized(benchmark::State& state, const std::string& preset) {
+void quantized_decode(benchmark::State& state, const std::string& preset, Index tk, AttentionArithmetic arith) {
   const Data& d = data();
   inferkit::QuantizedKvCache cache(1, kHkv, kD, inferkit::kv_quant_preset(preset));
-  cache.append(0, {d.k.data(), kTk, kHkv, kD}, {d.v.data(), kTk, kHkv, kD});
-  run_decode(state, cache.source(0), static_cast<double>(cache.bytes_in_use()), &d.exact);
+  cache.append(0, {d.k.data(), tk, kHkv, kD}, {d.v.data(), tk, kHkv, kD});
+  run_decode(state, cache.source(0), static_cast<double>(cache.bytes_in_use()), &d.exact_for(tk), arith);
   state.counters["bits_per_element"] = cache.quantized_bytes_per_token() * 8.0 / (2.0 * kHkv * kD);
+}
+void BM_quantized(benchmark::State& state, const std::string& preset) {
+  quantized_decode(state, preset, kTk, AttentionArithmetic::kExact);
 }
 
 void BM_memread(benchmark::State& state, double bytes) {
@@ -107,6 +144,80 @@ BENCHMARK_CAPTURE(BM_quantized, kivi4, "kivi4")->Name("attention_decode/inferkit
 BENCHMARK_CAPTURE(BM_quantized, kivi2, "kivi2")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi2")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, int8, 2.0 * kTk * kHkv * kD * 8.5 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, int4, 2.0 * kTk * kHkv * kD * 5.0 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_memread, bf16, 2.0 * kTk * kHkv * kD * 2)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Issue 17: the reduced arithmetic beside the exact rows, at 32k and 4k, in the same binary.
+void fast_args(benchmark::internal::Benchmark* b) { b->UseRealTime()->Unit(benchmark::kMillisecond); }
+#define INFERKIT_FAST_DECODE(tk, tname)                                                                          \
+  BENCHMARK_CAPTURE(bf16_decode, fast_bf16_##tk, tk, AttentionArithmetic::kReduced)            \
+      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_bf16")->Apply(fast_args);                    \
+  BENCHMARK_CAPTURE(quantized_decode, fast_int8_##tk, "int8", tk, AttentionArithmetic::kReduced)                    \
+      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_int8")->Apply(fast_args);                    \
+  BENCHMARK_CAPTURE(quantized_decode, fast_int4_##tk, "int4", tk, AttentionArithmetic::kReduced)                    \
+      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_int4")->Apply(fast_args);                    \
+  BENCHMARK_CAPTURE(quantized_decode, fast_kivi4_##tk, "kivi4", tk, AttentionArithmetic::kReduced)                  \
+      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_kivi4")->Apply(fast_args);
+INFERKIT_FAST_DECODE(32768, "32768")
+INFERKIT_FAST_DECODE(4096, "4096")
+BENCHMARK_CAPTURE(quantized_decode, fast_kivi2, "kivi2", kTk, AttentionArithmetic::kReduced)
+    ->Name("attention_decode/inferkit_fast/Tk32768_Hq32_Hkv8_D128_kivi2")->Apply(fast_args);
+BENCHMARK_CAPTURE(f32_decode, f32_4k, 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_f32")->Apply(fast_args);
+BENCHMARK_CAPTURE(bf16_decode, bf16_4k, 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_bf16")->Apply(fast_args);
+BENCHMARK_CAPTURE(quantized_decode, int8_4k, "int8", 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_int8")->Apply(fast_args);
+BENCHMARK_CAPTURE(quantized_decode, int4_4k, "int4", 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_int4")->Apply(fast_args);
+BENCHMARK_CAPTURE(quantized_decode, kivi4_4k, "kivi4", 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_kivi4")->Apply(fast_args);
+BENCHMARK_CAPTURE(BM_memread, int8_4k, 2.0 * 4096 * kHkv * kD * 8.5 / 8)->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_int8")->Apply(fast_args);
+BENCHMARK_CAPTURE(BM_memread, int4_4k, 2.0 * 4096 * kHkv * kD * 5.0 / 8)->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_int4")->Apply(fast_args);
+BENCHMARK_CAPTURE(BM_memread, bf16_4k, 2.0 * 4096 * kHkv * kD * 2)->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_bf16")->Apply(fast_args);
+
+}  // namespace
+
+// ---- in L2, one thread: time per (key, KV head) -------------------------------------------
+// attention_decode_l2/{inferkit,inferkit_fast}/Tk2048_Hq4_Hkv1_D128_<enc>: one KV head of 2,048
+// tokens (int8: 278 KB, bf16: 1 MiB, within the 2 MiB L2), four query heads, one thread:
+// counter ns_per_pair = time / 2,048 (the kernel's compute cost per (key, KV head), no DRAM).
+namespace {
+
+void l2_decode(benchmark::State& state, const std::string& enc, AttentionArithmetic arith) {
+  constexpr Index tk = 2048, hq = 4;
+  const Data& d = data();
+  std::vector<float> k(static_cast<std::size_t>(tk * kD)), v(k.size());
+  for (Index t = 0; t < tk; ++t)  // head 0 of the shared data, [t][1][d]
+    for (Index i = 0; i < kD; ++i) {
+      k[static_cast<std::size_t>(t * kD + i)] = d.k[static_cast<std::size_t>((t * kHkv) * kD + i)];
+      v[static_cast<std::size_t>(t * kD + i)] = d.v[static_cast<std::size_t>((t * kHkv) * kD + i)];
+    }
+  std::vector<float> out(hq * kD);
+  inferkit::AttentionOptions opt;
+  opt.num_threads = 1;
+  opt.arithmetic = arith;
+  auto go = [&](const auto& src) {
+    for (auto _ : state) {
+      inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, hq, kD), src, {out.data(), 1, hq, kD}, {}, opt);
+      benchmark::ClobberMemory();
+    }
+  };
+  if (enc == "bf16") {
+    inferkit::DenseKvCache<inferkit::BFloat16> c(1, 1, kD, tk, inferkit::CacheGrowth::kFixed);
+    c.append(0, {k.data(), tk, 1, kD}, {v.data(), tk, 1, kD});
+    go(c.source(0));
+  } else {
+    inferkit::QuantizedKvCache c(1, 1, kD, inferkit::kv_quant_preset(enc));
+    c.append(0, {k.data(), tk, 1, kD}, {v.data(), tk, 1, kD});
+    go(c.source(0));
+  }
+  state.counters["ns_per_pair"] = benchmark::Counter(double(tk) * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                                                            benchmark::Counter::kInvert);
+}
+
+#define INFERKIT_L2_DECODE(enc)                                                                                   \
+  BENCHMARK_CAPTURE(l2_decode, exact_##enc, #enc, AttentionArithmetic::kExact)                                       \
+      ->Name("attention_decode_l2/inferkit/Tk2048_Hq4_Hkv1_D128_" #enc)->Unit(benchmark::kMicrosecond);             \
+  BENCHMARK_CAPTURE(l2_decode, fast_##enc, #enc, AttentionArithmetic::kReduced)                                      \
+      ->Name("attention_decode_l2/inferkit_fast/Tk2048_Hq4_Hkv1_D128_" #enc)->Unit(benchmark::kMicrosecond);
+INFERKIT_L2_DECODE(int8)
+INFERKIT_L2_DECODE(int4)
+INFERKIT_L2_DECODE(bf16)
 
 }  // namespace
 

@@ -276,6 +276,7 @@ struct CacheOptions {
   std::optional<inferkit::KvQuantConfig> quant;  // dense, or window / sink with per-token specs
   inferkit::BlockPool<float>* pool = nullptr;    // kPaged: blocks come from this shared pool
   bool naive_attention = false;  // baseline runs: inferkit's fp64 reference instead of the kernels
+  inferkit::AttentionArithmetic arithmetic = inferkit::AttentionArithmetic::kExact;  // --attn-arith
 };
 
 /// The KV cache of one sequence under the chosen policy.
@@ -334,7 +335,11 @@ class Cache {
       const inferkit::Tensor3View<const float> qv(q, tokens, heads, head);
       const inferkit::Tensor3View<float> ov(out, tokens, heads, head);
       if (opt_.naive_attention) inferkit::attention_reference(qv, c.source(layer), ov, {});
-      else inferkit::attention(qv, c.source(layer), ov);
+      else {
+        inferkit::AttentionOptions ao;
+        ao.arithmetic = opt_.arithmetic;
+        inferkit::attention(qv, c.source(layer), ov, {}, ao);
+      }
     }, impl_);
   }
 

@@ -7,6 +7,8 @@
 //   inferkit-llama2c eval --model M --eval-ids FILE [--eval-range A:B] [--eval-chunk N (tokens per forward)]
 //       [--cache dense|window|sink-window] [--window W] [--sinks N] [--positions original|cache]
 //       [--kv-quant none|int8|int4|kivi4|kivi2] [--kv-quant-k ...] [--kv-quant-v ...]
+//   generate (plain sampling) and eval also take [--attn-arith exact|fast]: the decode attention
+//       arithmetic (inferkit::AttentionArithmetic; fast = kReduced, see attention/options.hpp)
 //   generate and eval also take [--weights f32|int8|int4] [--act-int8] [--outlier-threshold T]
 //       [--smooth ALPHA --calib-ids FILE] (quant_weights.hpp; the draft model stays float)
 //   generate and eval also take --steer-pos FILE --steer-neg FILE --steer-layer L
@@ -215,14 +217,24 @@ std::optional<llama2c::SteeringSpec> steering_spec(const Args& a, const llama2c:
   return s;
 }
 
+// --attn-arith exact|fast: the decode attention arithmetic.
+inferkit::AttentionArithmetic attn_arith(const Args& a) {
+  const std::string v = a.str("--attn-arith", "exact");
+  if (v == "exact") return inferkit::AttentionArithmetic::kExact;
+  if (v == "fast") return inferkit::AttentionArithmetic::kReduced;
+  throw std::invalid_argument("--attn-arith = '" + v + "' is invalid: must be exact or fast");
+}
+
 int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
                with(with(with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
-                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer"},
+                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer",
+                "--attn-arith"},
                llama2c::kSteeringValueFlags), kQuantValueFlags), llama2c::kSamplingValueFlags), kMoeValueFlags),
                with(with(with({"--print-ids"}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
+  const auto arithmetic = attn_arith(a);  // checked before any work
   auto model = llama2c::Model::load_any(a.str("--model"));
   apply_quant_flags(a, model);
   apply_moe_flags(a, model);
@@ -236,6 +248,10 @@ int cmd_generate(int argc, char** argv) {
   s.params.repetition_penalty = a.real("--repeat-penalty", 1.0f);
   s.repeat_last_n = a.integer("--repeat-last-n", 64);
   s.seed = static_cast<std::uint64_t>(a.integer("--seed", 42));
+  s.arithmetic = arithmetic;
+  if (s.arithmetic != inferkit::AttentionArithmetic::kExact)
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"})
+      if (a.has(f)) throw std::invalid_argument(std::string("--attn-arith fast works with plain sampling only, not with ") + f);
   llama2c::apply_sampling_flags(a, s);
   llama2c::make_chain(s);  // validates the sampling parameters before any work
   std::optional<llama2c::Tokenizer> tok;
@@ -316,11 +332,12 @@ int cmd_generate(int argc, char** argv) {
 int cmd_eval(int argc, char** argv) {
   const Args a(argc, argv, 2,
                with(with(with({"--model", "--eval-ids", "--eval-range", "--eval-chunk", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
-                     "--kv-quant-k", "--kv-quant-v", "--tokenizer"},
+                     "--kv-quant-k", "--kv-quant-v", "--tokenizer", "--attn-arith"},
                     llama2c::kSteeringValueFlags), kQuantValueFlags), kMoeValueFlags),
                with(with(with({}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("eval needs --model PATH");
   if (!a.has("--eval-ids")) throw std::invalid_argument("eval needs --eval-ids FILE");
+  const auto arithmetic = attn_arith(a);  // checked before any work
   auto model = llama2c::Model::load_any(a.str("--model"));
   const std::size_t weight_bytes = apply_quant_flags(a, model);
   apply_moe_flags(a, model);
@@ -355,6 +372,7 @@ int cmd_eval(int argc, char** argv) {
   else if (pos == "cache") c.positions = inferkit::PositionPolicy::kCache;
   else throw std::invalid_argument("--positions = '" + pos + "' is invalid: must be original or cache");
   c.quant = quant_config(a, model.config().head_size());
+  c.arithmetic = arithmetic;
   std::optional<llama2c::Tokenizer> tok;
   if (a.has("--tokenizer")) tok = llama2c::Tokenizer::load(a.str("--tokenizer"), model.config().vocab_size);
   if (const auto steer = steering_spec(a, tok ? &*tok : nullptr)) {  // NLL and token-set probability, without and with
@@ -372,8 +390,8 @@ int cmd_eval(int argc, char** argv) {
   }
   if (a.has("--tokenizer")) throw std::invalid_argument("eval reads --tokenizer only for text steering prompts");
   const auto r = llama2c::evaluate(model, ids, c, first, last, a.integer("--eval-chunk", 1));
-  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f weight_bytes %zu\n", ids.size(),
-              static_cast<long>(r.count), r.mean_nll, r.ppl(), r.kv_bytes, weight_bytes);
+  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f weight_bytes %zu attn_arith %s\n", ids.size(),
+              static_cast<long>(r.count), r.mean_nll, r.ppl(), r.kv_bytes, weight_bytes, inferkit::arithmetic_name(c.arithmetic));
   if (model.config().moe()) std::printf("%s\n", model.moe_ffn().totals.describe().c_str());
   return 0;
 }

@@ -21,6 +21,7 @@ struct SamplingConfig {
   Index repeat_last_n = 64;         // history the repetition penalty sees
   std::uint64_t seed = 42;
   bool naive = false;  // baseline runs: sort-based sampling and reference attention
+  inferkit::AttentionArithmetic arithmetic = inferkit::AttentionArithmetic::kExact;  // --attn-arith
   bool llama_cpp_order = false;  // llama.cpp's preset instead of inferkit's (= Hugging Face's) order
 };
 
@@ -63,6 +64,7 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
   const auto t0 = std::chrono::steady_clock::now();
   CacheOptions copt;
   copt.naive_attention = s.naive;
+  copt.arithmetic = s.arithmetic;
   Cache cache(m.config(), copt);
   std::vector<TokenId> seq{kBos};
   seq.insert(seq.end(), prompt.begin(), prompt.end());

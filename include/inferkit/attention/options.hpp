@@ -23,6 +23,17 @@
 // index in the source, so the guarantee covers sources whose tokens keep their index as more
 // are appended (dense and paged caches), within one build (the instruction set changes bits).
 // docs/design.md, "Batch-invariant mode", has the design and its cost.
+//
+// Arithmetic (arithmetic = AttentionArithmetic::kReduced, opt-in; kExact is the default): the
+// decode path (up to kDecodeMaxQueries query tokens) may round what it multiplies, like
+// llama.cpp's CPU flash attention does by default. Over per-token quantized keys each query row
+// is rounded to int8, symmetric, one scale per row, head and key group (q.k then runs as integer
+// dot products, AVX-512 VNNI vpdpbusd); over bf16 keys the query is rounded to bf16 (vdpbf16ps).
+// Over per-token quantized values of 8 or 4 bits the products p * step of each (row, value
+// group, key tile) are rounded to 8 bits (u8, one scale per row, group and tile) and p.v runs
+// as integer dot products; over bf16 values p is rounded to bf16. Everything else (f32 / f16
+// caches, per-channel KIVI keys, 2-bit values, prefill, batch-invariant mode) stays exact.
+// The bounds on the added error: docs/design.md, "Reduced-precision decode arithmetic".
 
 #include <cmath>
 #include <cstdint>
@@ -38,6 +49,15 @@ namespace inferkit {
 inline constexpr Index kBatchInvariantKeyTile = 64;
 /// KV split of the batch-invariant mode when kv_split_tokens is 0, in tokens.
 inline constexpr Index kBatchInvariantSplitTokens = 1024;
+
+/// Arithmetic of the decode path (file comment; docs/design.md).
+enum class AttentionArithmetic {
+  kExact,    ///< fp32 products of the (dequantized) cache with the unrounded query (default)
+  kReduced,  ///< the query (and p) may be rounded to the cache's dot-product type: int8 / bf16
+};
+
+/// The arithmetic's name as the llama2c example's --attn-arith flag spells it: "exact" or "fast".
+inline const char* arithmetic_name(AttentionArithmetic a) { return a == AttentionArithmetic::kExact ? "exact" : "fast"; }
 
 /// Options of every attention entry point (file comment: positions, masks, score, batch-invariant
 /// mode). An aggregate for designated initializers: `{.causal = false, .window = 4096}`.
@@ -55,6 +75,9 @@ struct AttentionOptions {
   /// chunking, its path or the thread count. kv_split_tokens, if set, must then be a multiple of
   /// kBatchInvariantKeyTile; it is part of what the bits depend on.
   bool batch_invariant = false;
+  /// Decode arithmetic: kExact (default) or the opt-in kReduced (file comment). Ignored by
+  /// prefill and by batch-invariant mode, which stay exact.
+  AttentionArithmetic arithmetic = AttentionArithmetic::kExact;
 };
 
 namespace detail {
@@ -90,6 +113,8 @@ inline void validate_options(const AttentionOptions& o, Index num_q_heads) {
   require(o.window >= 0, "window", o.window, "must be >= 0 (0 = no sliding window)");
   require(std::isfinite(o.softcap) && o.softcap >= 0.0f, "softcap", o.softcap, "must be finite and >= 0 (0 = off)");
   require(o.num_threads >= 0, "num_threads", o.num_threads, "must be >= 0 (0 = OpenMP default)");
+  require(o.arithmetic == AttentionArithmetic::kExact || o.arithmetic == AttentionArithmetic::kReduced, "arithmetic",
+          static_cast<int>(o.arithmetic), "must be AttentionArithmetic::kExact or kReduced");
   require(o.kv_split_tokens >= 0, "kv_split_tokens", o.kv_split_tokens, "must be >= 0 (0 = automatic)");
   if (o.batch_invariant)
     require(o.kv_split_tokens % kBatchInvariantKeyTile == 0, "kv_split_tokens", o.kv_split_tokens,

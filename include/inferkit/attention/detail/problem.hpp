@@ -32,6 +32,7 @@ struct SequenceProblem {
   MaskRule mask;
   float softcap = 0.0f;
   const float* slopes = nullptr;  // ALiBi slope per query head, or nullptr
+  bool reduced = false;           // AttentionArithmetic::kReduced (decode only)
 
   Index num_queries() const { return q.dim0(); }
   Index head_dim() const { return q.dim2(); }
@@ -111,6 +112,7 @@ class ProblemBuilder {
     p.mask = {opt_.causal, opt_.window};
     p.softcap = opt_.softcap;
     p.slopes = slopes_.empty() ? nullptr : slopes_.data();
+    p.reduced = opt_.arithmetic == AttentionArithmetic::kReduced && !opt_.batch_invariant;
     return p;
   }
 
