@@ -42,6 +42,13 @@ struct QuantSpec {
   int meta_bytes() const { return symmetric ? 2 : 4; }
 };
 
+/// Keys and values quantized independently (their errors enter attention at different points:
+/// keys through the scores, values through the weighted sum).
+struct KvQuantConfig {
+  QuantSpec keys;    ///< the key stream's spec
+  QuantSpec values;  ///< the value stream's spec
+};
+
 inline void validate_quant_spec(const QuantSpec& s, const std::string& name) {
   require(s.bits == 8 || s.bits == 4 || s.bits == 2, name + ".bits", s.bits, "must be 8, 4 or 2");
   require(s.group_size >= 1, name + ".group_size", s.group_size, "must be >= 1");
