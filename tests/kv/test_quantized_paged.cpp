@@ -176,16 +176,17 @@ TEST_CASE("paged int8 / int4 / KIVI attention equals the dense quantized cache b
   }
 }
 
-TEST_CASE("per-channel keys: rejected tokens of the newest groups are dropped, never re-quantized", "[kv][paged][quantized]") {
+TEST_CASE("per-channel keys: rejected tokens are dropped and their groups refilled, never re-quantized", "[kv][paged][quantized]") {
   const Index page = 8, group = 4, tokens = 30;
   const KvQuantConfig q{QuantSpec{4, false, group, QuantAxis::kPerChannel, 0}, QuantSpec{8, true, 32, QuantAxis::kPerToken, 0}};
   inferkit::BlockPool<QuantizedKv> pool(config(page, 16, q));
   const Seq x(tokens, 3), y(tokens, 4);
-  for (Index cut : {17, 14, 13, 12}) {  // into the group filling, the group quantized last, their boundary
+  // Into the group filling, the group quantized last, a group boundary, a page boundary, and as
+  // far back as the float history reaches (kPagedKeyHistory = 16 tokens before the group filling).
+  for (Index cut : {17, 14, 13, 12, 8, 5, 0}) {
     INFO("cut " << cut);
     inferkit::BlockTable<QuantizedKv> t(pool);
     append(t, x, 0, 18, 5);  // groups [0, 16) quantized, 16..17 in float
-    if (cut < 12) continue;
     t.truncate(cut);
     append(t, y, cut, tokens, 3);
     inferkit::QuantizedKvCache dense(kLayers, kHkv, kD, q);
@@ -194,12 +195,12 @@ TEST_CASE("per-channel keys: rejected tokens of the newest groups are dropped, n
     check_equal(t, dense, page);
   }
   inferkit::BlockTable<QuantizedKv> t(pool);
-  append(t, x, 0, 18, 5);
-  CHECK_THROWS_WITH(t.truncate(11), Catch::Contains("n = 11") && Catch::Contains("layer 0"));
-  CHECK(t.num_tokens() == 18);  // nothing changed
+  append(t, x, 0, tokens, 5);  // groups [0, 28) quantized, the history holds [12, 28)
+  CHECK_THROWS_WITH(t.truncate(11), Catch::Contains("n = 11") && Catch::Contains("layer 0") && Catch::Contains("from 12"));
+  CHECK(t.num_tokens() == tokens);  // nothing changed
   t.truncate(13);
-  CHECK_THROWS_WITH(t.truncate(7), Catch::Contains("n = 7"));  // the group before is gone now
-  // Per-channel keys are written in order, each once its group is quantized.
+  CHECK_THROWS_WITH(t.truncate(7), Catch::Contains("n = 7"));
+  // Per-channel keys are written in order, and not rewritten once their group is quantized.
   REQUIRE(t.reserve(3));
   t.commit(3);
   CHECK_THROWS_WITH(t.write_at(0, 14, x.keys(0, 0, 1), x.values(0, 0, 1)), Catch::Contains("token = 14") && Catch::Contains("token order"));

@@ -10,9 +10,10 @@
 // once (per-token specs), or, for per-channel keys, kept in float in the table's tail until its
 // group of group_size tokens is complete and then quantized into the page (KIVI): the tail holds
 // the group still filling (the float tail of the quantized cache with residual 0) plus the float
-// rows of the group quantized last, so rejected speculative tokens can be dropped (truncate)
-// without re-quantizing anything. Per-channel keys of a layer are therefore written in token
-// order, each token once it is quantized.
+// rows of the last kPagedKeyHistory tokens (rounded up to whole groups) quantized before it, so
+// rejected speculative tokens can be dropped (truncate) and their groups refilled from the
+// original floats, never re-quantized from codes. Per-channel keys of a layer are therefore
+// written in token order, and a token is not rewritten once its group is quantized.
 
 #include <algorithm>
 #include <span>
@@ -29,6 +30,10 @@
 
 namespace inferkit {
 
+/// Tokens before the key group still filling whose float keys a per-channel quantized table
+/// keeps (rounded up to whole groups): how far truncate() may cut back into quantized groups.
+inline constexpr Index kPagedKeyHistory = 16;
+
 template <class T = float>
 class BlockTable {
  public:
@@ -38,15 +43,16 @@ class BlockTable {
       const BlockPoolConfig& c = pool.config();
       if (c.quant.keys.axis == QuantAxis::kPerChannel) {
         group_ = c.quant.keys.group_size;
-        tail_.assign(static_cast<std::size_t>(c.layers * c.kv_heads * (group_ + c.page_size) * c.head_dim), 0.0f);
+        history_ = (kPagedKeyHistory + group_ - 1) / group_ * group_;
+        tail_.assign(static_cast<std::size_t>(c.layers * c.kv_heads * (history_ + c.page_size) * c.head_dim), 0.0f);
         written_.assign(static_cast<std::size_t>(c.layers), 0);
-        prev_valid_.assign(static_cast<std::size_t>(c.layers), 0);
+        history_from_.assign(static_cast<std::size_t>(c.layers), 0);
       }
     }
   }
   BlockTable(const BlockTable& o)
       : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_), group_(o.group_), tail_(o.tail_), written_(o.written_),
-        prev_valid_(o.prev_valid_) {
+        history_(o.history_), history_from_(o.history_from_) {
     for (BlockId b : blocks_) pool_->retain(b);
   }
   BlockTable& operator=(const BlockTable& o) {
@@ -58,7 +64,7 @@ class BlockTable {
   }
   BlockTable(BlockTable&& o) noexcept
       : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(o.tokens_), group_(o.group_), tail_(std::move(o.tail_)),
-        written_(std::move(o.written_)), prev_valid_(std::move(o.prev_valid_)) {
+        written_(std::move(o.written_)), history_(o.history_), history_from_(std::move(o.history_from_)) {
     o.blocks_.clear();
     o.tokens_ = 0;
   }
@@ -75,13 +81,15 @@ class BlockTable {
     std::swap(group_, o.group_);
     tail_.swap(o.tail_);
     written_.swap(o.written_);
-    prev_valid_.swap(o.prev_valid_);
+    std::swap(history_, o.history_);
+    history_from_.swap(o.history_from_);
   }
 
   /// Tokens committed.
   Index num_tokens() const { return tokens_; }
   /// Bytes of the float key tail a quantized pool with per-channel keys keeps per table (0
-  /// otherwise): (group_size + page_size) rows per layer and KV head, outside the pool.
+  /// otherwise): kPagedKeyHistory (in whole groups) + page_size rows per layer and KV head,
+  /// outside the pool.
   std::size_t tail_bytes() const { return tail_.size() * sizeof(float); }
   const std::vector<BlockId>& blocks() const { return blocks_; }
 
@@ -97,6 +105,7 @@ class BlockTable {
     }
     tokens_ = tokens;
     std::fill(written_.begin(), written_.end(), tokens);  // whole pages: every key group quantized
+    std::fill(history_from_.begin(), history_from_.end(), tokens);  // and no float rows of them
   }
 
   /// Replaces the block of full page `page` by `block`, another block holding the same K/V for
@@ -179,8 +188,9 @@ class BlockTable {
   }
 
   /// Keeps the first `n` tokens, releasing blocks no longer needed. Per-channel quantized keys:
-  /// `n` may cut only into the key group still filling or the one quantized last (their float
-  /// rows are kept); otherwise std::invalid_argument, and nothing changes.
+  /// `n` may cut back into quantized key groups only as far as the table kept their float rows
+  /// (kPagedKeyHistory tokens this table wrote); otherwise std::invalid_argument, and nothing
+  /// changes.
   void truncate(Index n) {
     require(n >= 0 && n <= tokens_, "n", n, "must be in [0, " + std::to_string(tokens_) + "]");
     if (group_ > 0) truncate_keys(n);
@@ -198,7 +208,7 @@ class BlockTable {
     blocks_.clear();
     tokens_ = 0;
     std::fill(written_.begin(), written_.end(), 0);
-    std::fill(prev_valid_.begin(), prev_valid_.end(), 0);
+    std::fill(history_from_.begin(), history_from_.end(), 0);
   }
 
   /// The block type of Source: float / 16-bit rows, or quantized rows (QuantTailRows).
@@ -252,13 +262,14 @@ class BlockTable {
 
   // Per-channel keys: tokens of `layer` whose keys are quantized (whole groups written).
   Index flushed(Index layer) const { return written_[static_cast<std::size_t>(layer)] / group_ * group_; }
-  // The tail of (layer, head): the float rows of the group quantized last ([0, group)), then of
-  // the group still filling, token flushed(layer) first ([group, group + page)).
-  float* previous_rows(Index layer, Index head) {
+  // The tail of (layer, head): history_ rows, a ring holding token t's float keys at t % history_
+  // for tokens [history_from_, flushed) , then the group still filling, token flushed(layer)
+  // first (page rows).
+  float* history_rows(Index layer, Index head) {
     const BlockPoolConfig& c = pool_->config();
-    return tail_.data() + (layer * c.kv_heads + head) * (group_ + c.page_size) * c.head_dim;
+    return tail_.data() + (layer * c.kv_heads + head) * (history_ + c.page_size) * c.head_dim;
   }
-  float* current_rows(Index layer, Index head) { return previous_rows(layer, head) + group_ * pool_->config().head_dim; }
+  float* current_rows(Index layer, Index head) { return history_rows(layer, head) + history_ * pool_->config().head_dim; }
   const float* current_rows(Index layer, Index head) const { return const_cast<BlockTable*>(this)->current_rows(layer, head); }
 
   // Quantizes token `pos` (row t of k and v) of one layer into slot `slot` of block `id`.
@@ -296,32 +307,34 @@ class BlockTable {
       quantize_channel_group(current_rows(layer, h), group_, ks, d,
                              pool_->key_codes(page_block, layer, h) + first_slot * token_code_bytes(ks, d),
                              pool_->key_params(page_block, layer, h) + (first_slot / group_) * d);
-      std::copy_n(current_rows(layer, h), group_ * d, previous_rows(layer, h));
+      for (Index i = 0; i < group_; ++i)
+        std::copy_n(current_rows(layer, h) + i * d, d, history_rows(layer, h) + (f + i) % history_ * d);
     }
-    prev_valid_[static_cast<std::size_t>(layer)] = 1;
+    Index& from = history_from_[static_cast<std::size_t>(layer)];
+    from = std::max(from, f + group_ - history_);
   }
 
-  // Per-channel keys: drops keys of tokens >= n, restoring the float rows of the group quantized
-  // last when n cuts into it (its codes are then rewritten when it fills again).
+  // Per-channel keys: drops keys of tokens >= n; when n cuts into quantized groups, the float rows
+  // of their kept tokens come back from the history (the groups' codes are rewritten from them
+  // when they fill again).
   void truncate_keys(Index n) {
-    const Index layers = pool_->config().layers;
-    for (Index l = 0; l < layers; ++l) {  // check every layer before changing any
-      const Index f = flushed(l);
-      if (n < f && !(prev_valid_[static_cast<std::size_t>(l)] && n >= f - group_)) [[unlikely]]
+    const BlockPoolConfig& c = pool_->config();
+    const Index refill = n / group_ * group_;  // first token of the group n falls in
+    for (Index l = 0; l < c.layers; ++l) {     // check every layer before changing any
+      const Index from = history_from_[static_cast<std::size_t>(l)];
+      if (n < flushed(l) && refill < from) [[unlikely]]
         throw_invalid_argument("n", n, "cuts into per-channel quantized keys of layer " + std::to_string(l) +
-                                           " whose float rows are gone (tokens before " +
-                                           std::to_string(prev_valid_[static_cast<std::size_t>(l)] ? f - group_ : f) +
-                                           " are quantized); a per-channel paged cache drops only tokens of its newest two key groups");
+                                           " whose float rows are gone (the table keeps those of tokens from " +
+                                           std::to_string(from) + ", at most kPagedKeyHistory = " +
+                                           std::to_string(kPagedKeyHistory) + " before the group filling)");
     }
-    for (Index l = 0; l < layers; ++l) {
+    for (Index l = 0; l < c.layers; ++l) {
       Index& written = written_[static_cast<std::size_t>(l)];
-      const Index f = flushed(l);
       if (n >= written) continue;
-      if (n < f) {
-        for (Index h = 0; h < pool_->config().kv_heads; ++h)
-          std::copy_n(previous_rows(l, h), (n - (f - group_)) * pool_->config().head_dim, current_rows(l, h));
-        prev_valid_[static_cast<std::size_t>(l)] = 0;
-      }
+      if (n < flushed(l))
+        for (Index h = 0; h < c.kv_heads; ++h)
+          for (Index t = refill; t < n; ++t)
+            std::copy_n(history_rows(l, h) + t % history_ * c.head_dim, c.head_dim, current_rows(l, h) + (t - refill) * c.head_dim);
       written = n;
     }
   }
@@ -329,13 +342,13 @@ class BlockTable {
   BlockPool<T>* pool_;
   std::vector<BlockId> blocks_;
   Index tokens_ = 0;
-  // Quantized pool with per-channel keys (group_ > 0): the float key tail (previous_rows /
-  // current_rows), per layer the tokens whose keys are written, and whether the group quantized
-  // last still has its float rows in the tail.
-  Index group_ = 0;
+  // Quantized pool with per-channel keys (group_ > 0): the float key tail (history_rows /
+  // current_rows), per layer the tokens whose keys are written and the first token whose float
+  // keys the history holds.
+  Index group_ = 0, history_ = 0;
   std::vector<float> tail_;
   std::vector<Index> written_;
-  std::vector<char> prev_valid_;
+  std::vector<Index> history_from_;
 };
 
 }  // namespace inferkit
