@@ -3,17 +3,24 @@
 //   read per second) and, for quantized schemes, err_max / err_rms of the attention output
 //   relative to the f32 result on the same data (random normal K/V with outlier key channels).
 //   attention_decode/memread/...: a SIMD sum over the same number of bytes.
+//   attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_<scheme>: the same decode over a
+//   block table of 16-token pages (BlockPool<QuantizedKv> for int8 / int4, BlockPool<float> for
+//   f32), against the dense caches above; counter tokens_per_gib (pool tokens per GiB of pages)
+//   and tokens_per_gib_vs_f32 (against the float pool).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <stdexcept>
 #include <type_traits>
 #include <string>
 #include <vector>
 
 #include "bench_util.hpp"
 #include "inferkit/attention/attention.hpp"
+#include "inferkit/kv/block_pool.hpp"
+#include "inferkit/kv/block_table.hpp"
 #include "inferkit/kv/dense_cache.hpp"
 #include "inferkit/kv/quantized_cache.hpp"
 
@@ -84,6 +91,25 @@ void BM_quantized(benchmark::State& state, const std::string& preset) {
   state.counters["bits_per_element"] = cache.quantized_bytes_per_token() * 8.0 / (2.0 * kHkv * kD);
 }
 
+// Decode over one sequence's 16-token pages (layer 0 of a one-layer pool).
+template <class T>
+void BM_paged(benchmark::State& state, const std::string& preset) {
+  const Data& d = data();
+  constexpr Index kPage = 16;
+  inferkit::BlockPoolConfig c{1, kHkv, kD, kPage, kTk / kPage};
+  if constexpr (inferkit::kQuantizedPool<T>) c.quant = inferkit::kv_quant_preset(preset);
+  inferkit::BlockPool<T> pool(c);
+  inferkit::BlockTable<T> table(pool);
+  if (!table.reserve(kTk)) throw std::runtime_error("pool too small");
+  table.write(0, {d.k.data(), kTk, kHkv, kD}, {d.v.data(), kTk, kHkv, kD});
+  table.commit(kTk);
+  run_decode(state, table.source(0), static_cast<double>(pool.bytes_in_use()), &d.exact);
+  const inferkit::BlockPool<float> f32({1, kHkv, kD, kPage, 1});
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  state.counters["tokens_per_gib"] = gib / (double(pool.block_bytes()) / double(kPage));
+  state.counters["tokens_per_gib_vs_f32"] = double(f32.block_bytes()) / double(pool.block_bytes());
+}
+
 void BM_memread(benchmark::State& state, double bytes) {
   std::vector<float> buf(static_cast<std::size_t>(bytes / 4), 1.0f);
   const auto n = static_cast<std::int64_t>(buf.size());
@@ -105,6 +131,11 @@ BENCHMARK_CAPTURE(BM_quantized, int8, "int8")->Name("attention_decode/inferkit/T
 BENCHMARK_CAPTURE(BM_quantized, int4, "int4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_quantized, kivi4, "kivi4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi4")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_quantized, kivi2, "kivi2")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi2")->UseRealTime()->Unit(benchmark::kMillisecond);
+void BM_paged_f32(benchmark::State& state) { BM_paged<float>(state, ""); }
+void BM_paged_quantized(benchmark::State& state, const std::string& preset) { BM_paged<inferkit::QuantizedKv>(state, preset); }
+BENCHMARK(BM_paged_f32)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_f32")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_paged_quantized, int8, "int8")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_paged_quantized, int4, "int4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, int8, 2.0 * kTk * kHkv * kD * 8.5 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, int4, 2.0 * kTk * kHkv * kD * 5.0 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
 
