@@ -66,10 +66,13 @@ Row read_row(const inferkit::BlockPool<T>& pool, const inferkit::BlockTable<T>& 
   const inferkit::Index page = pool.page_size();
   Row r;
   if constexpr (inferkit::kQuantizedPool<T>) {
-    const auto blk = t.source(0).block(0, q / page);
+    const auto src = t.source(0);
+    inferkit::Index b = 0, first = 0;  // the block holding token q
+    while (first + src.block(0, b).num_tokens <= q) first += src.block(0, b++).num_tokens;
+    const auto blk = src.block(0, b);
     float kd[kQuantHeadDim], vd[kQuantHeadDim];
-    const auto kr = blk.keys.load_f32(q % page, 1, kQuantHeadDim, kd, kQuantHeadDim, true);
-    const auto vr = blk.values.load_f32(q % page, 1, kQuantHeadDim, vd, kQuantHeadDim, true);
+    const auto kr = blk.keys.load_f32(q - first, 1, kQuantHeadDim, kd, kQuantHeadDim, true);
+    const auto vr = blk.values.load_f32(q - first, 1, kQuantHeadDim, vd, kQuantHeadDim, true);
     for (int i = 0; i < 4; ++i) {
       int kv = 0, vv = 0;
       for (int j = 0; j < 4; ++j) {

@@ -1,7 +1,9 @@
 #pragma once
 // A pool of fixed-size KV blocks (PagedAttention, Kwon et al. 2023): each block holds
 // `page_size` tokens of keys and values for every layer and KV head, laid out
-// [block][layer][head][slot][head_dim] so one (block, layer, head) is `page_size` contiguous rows.
+// [layer][head][block][slot][head_dim] so one (block, layer, head) is `page_size` contiguous rows
+// and blocks with consecutive ids continue each other's rows (a block table presents such runs
+// to attention as one block: long key tiles over small pages).
 // Blocks come from a free list under a hard budget (`max_blocks`, storage reserved up front);
 // running out is an explicit result (std::nullopt), never a crash or an overwrite. Blocks are
 // reference counted: whoever holds one (a sequence's block table, the prefix trie) retains it,
@@ -212,11 +214,9 @@ class BlockPool {
  private:
   Index token_code_bytes_(const QuantSpec& s) const { return c_.head_dim / s.codes_per_byte(); }
   std::size_t stream(BlockId b, Index layer, Index head) const {
-    return static_cast<std::size_t>((static_cast<Index>(b) * c_.layers + layer) * c_.kv_heads + head);
+    return static_cast<std::size_t>((layer * c_.kv_heads + head) * c_.max_blocks + static_cast<Index>(b));
   }
-  std::size_t offset(BlockId b, Index layer, Index head) const {
-    return static_cast<std::size_t>(((static_cast<Index>(b) * c_.layers + layer) * c_.kv_heads + head) * c_.page_size * c_.head_dim);
-  }
+  std::size_t offset(BlockId b, Index layer, Index head) const { return stream(b, layer, head) * static_cast<std::size_t>(c_.page_size * c_.head_dim); }
   void check_live(BlockId b, const char* what) const {
     require_index(b, c_.max_blocks, "block");
     require(refs_[static_cast<std::size_t>(b)] > 0, std::string(what) + " block", b, "is not allocated");

@@ -3,8 +3,9 @@
 // t / page_size at slot t % page_size. The table holds one reference to each of its blocks;
 // copying a table forks it (both hold the blocks), and appending into a last block that others
 // also hold copies it first (copy-on-write), so a shared block is never written. Attention reads
-// the table through the KV block view without copying: one block per page, positions
-// page_index * page_size + slot.
+// the table through the KV block view without copying: one block per run of pages with
+// consecutive block ids (their rows are contiguous in the pool, so a fresh pool's sequence is a
+// few long blocks and decode tiles stay full), positions page_index * page_size + slot.
 //
 // Over a quantized pool (BlockPool<QuantizedKv>) a written row is quantized into its page at
 // once (per-token specs), or, for per-channel keys, kept in float in the table's tail until its
@@ -215,29 +216,38 @@ class BlockTable {
   using Block = std::conditional_t<kQuantizedPool<T>, KvBlock<QuantTailRows, QuantTailRows>,
                                    KvBlock<DenseRows<T>, DenseRows<T>>>;
 
-  /// The KV block view of one layer.
+  /// The KV block view of one layer: one block per run of pages whose block ids are
+  /// consecutive (per-channel keys: a run ends at the page of the key group still filling).
   class Source {
    public:
-    Source(const BlockTable& t, Index layer) : t_(&t), layer_(layer) {}
+    Source(const BlockTable& t, Index layer) : t_(&t), layer_(layer) {
+      const Index page = t.pool_->page_size(), pages = ceil_div_(t.tokens_, page);
+      const Index tail_page = t.group_ > 0 ? t.flushed(layer) / page : -1;
+      for (Index p = 0; p < pages; ++p)
+        if (p == 0 || t.blocks_[static_cast<std::size_t>(p)] != t.blocks_[static_cast<std::size_t>(p - 1)] + 1 || p - 1 == tail_page)
+          run_start_.push_back(p);
+      run_start_.push_back(pages);
+    }
     Index num_kv_heads() const { return t_->pool_->config().kv_heads; }
     Index head_dim() const { return t_->pool_->config().head_dim; }
     Index num_tokens() const { return t_->tokens_; }
-    Index num_blocks() const { return ceil_div_(t_->tokens_, t_->pool_->page_size()); }
-    Block block(Index head, Index b) const {
+    Index num_blocks() const { return static_cast<Index>(run_start_.size()) - 1; }
+    Block block(Index head, Index r) const {
       const Index page = t_->pool_->page_size();
-      const Index n = std::min(page, t_->tokens_ - b * page);
-      const BlockId id = t_->blocks_[static_cast<std::size_t>(b)];
+      const Index first = run_start_[static_cast<std::size_t>(r)] * page;
+      const Index n = std::min(run_start_[static_cast<std::size_t>(r) + 1] * page, t_->tokens_) - first;
+      const BlockId id = t_->blocks_[static_cast<std::size_t>(run_start_[static_cast<std::size_t>(r)])];
       const BlockPool<T>& pool = *t_->pool_;
-      const TokenPositions pos{nullptr, static_cast<std::int32_t>(b * page)};
+      const TokenPositions pos{nullptr, static_cast<std::int32_t>(first)};
       if constexpr (kQuantizedPool<T>) {
         const KvQuantConfig& q = pool.config().quant;
         QuantTailRows keys{pool.key_codes(id, layer_, head), pool.key_params(id, layer_, head), &q.keys, n, nullptr};
         if (t_->group_ > 0) {  // per-channel keys: the group still filling is in the table's tail
           const Index f = t_->flushed(layer_);
-          if (f < b * page + n && f >= b * page) {
-            keys.quantized = f - b * page;
+          if (f < first + n && f >= first) {  // the run's last page holds it
+            keys.quantized = f - first;
             keys.tail = t_->current_rows(layer_, head);
-          }  // a page past the tail's holds only unwritten rows
+          }  // a run past the tail's holds only unwritten rows
         }
         return {n, keys,
                 QuantTailRows{pool.value_codes(id, layer_, head), pool.value_params(id, layer_, head), &q.values, n, nullptr},
@@ -251,6 +261,7 @@ class BlockTable {
    private:
     const BlockTable* t_;
     Index layer_;
+    std::vector<Index> run_start_;  // first page of each run, then the page count
   };
   Source source(Index layer) const {
     require_index(layer, pool_->config().layers, "layer");
