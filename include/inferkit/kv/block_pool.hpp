@@ -43,8 +43,13 @@ struct QuantizedKv {};
 template <class T>
 inline constexpr bool kQuantizedPool = std::is_same_v<T, QuantizedKv>;
 
+/// Shape and budget of a block pool.
 struct BlockPoolConfig {
-  Index layers = 1, kv_heads = 1, head_dim = 1, page_size = 16, max_blocks = 1024;
+  Index layers = 1;        ///< decoder layers
+  Index kv_heads = 1;      ///< KV heads per layer
+  Index head_dim = 1;      ///< elements per head row
+  Index page_size = 16;    ///< tokens per block
+  Index max_blocks = 1024;  ///< blocks reserved up front (the budget)
   /// Key and value specs of BlockPool<QuantizedKv> (ignored by float / 16-bit pools).
   KvQuantConfig quant{};
 };
@@ -67,6 +72,8 @@ inline void validate_paged_quant(const KvQuantConfig& q, Index head_dim, Index p
                 ") for per-channel keys: a group of tokens never spans pages");
 }
 
+/// Reference-counted fixed-size KV blocks under a hard budget (file comment). T is the storage
+/// policy: float, Float16, BFloat16 rows, or QuantizedKv pages. Single writer.
 template <class T = float>
 class BlockPool {
  public:
@@ -101,7 +108,9 @@ class BlockPool {
     for (Index b = c.max_blocks; b-- > 0;) free_.push_back(static_cast<BlockId>(b));
   }
 
+  /// The pool's configuration.
   const BlockPoolConfig& config() const { return c_; }
+  /// Tokens per block.
   Index page_size() const { return c_.page_size; }
 
   /// A fresh block with reference count 1, or nullopt when the budget is exhausted.
@@ -113,6 +122,7 @@ class BlockPool {
     return b;
   }
 
+  /// Adds one reference to allocated block `b` (std::invalid_argument / std::out_of_range otherwise).
   void retain(BlockId b) {
     check_live(b, "retain");
     ++refs_[static_cast<std::size_t>(b)];
@@ -124,11 +134,14 @@ class BlockPool {
     if (--refs_[static_cast<std::size_t>(b)] == 0) free_.push_back(b);
   }
 
+  /// References held on block `b` (0 when free).
   Index refcount(BlockId b) const {
     require_index(b, c_.max_blocks, "block");
     return refs_[static_cast<std::size_t>(b)];
   }
+  /// Blocks allocated.
   Index used_blocks() const { return c_.max_blocks - static_cast<Index>(free_.size()); }
+  /// Blocks on the free list.
   Index free_blocks() const { return static_cast<Index>(free_.size()); }
   /// Bytes of K/V held by live blocks.
   std::size_t bytes_in_use() const { return static_cast<std::size_t>(used_blocks()) * block_bytes(); }
@@ -166,10 +179,13 @@ class BlockPool {
   /// Rows of one (block, layer, head): page_size consecutive tokens of head_dim elements.
   template <class U = T> requires(!kQuantizedPool<U>)
   T* key_rows(BlockId b, Index layer, Index head) { return keys_.data() + offset(b, layer, head); }
+  /// Value rows of one (block, layer, head), as key_rows().
   template <class U = T> requires(!kQuantizedPool<U>)
   T* value_rows(BlockId b, Index layer, Index head) { return values_.data() + offset(b, layer, head); }
+  /// Key rows of one (block, layer, head), read-only.
   template <class U = T> requires(!kQuantizedPool<U>)
   const T* key_rows(BlockId b, Index layer, Index head) const { return keys_.data() + offset(b, layer, head); }
+  /// Value rows of one (block, layer, head), as key_rows().
   template <class U = T> requires(!kQuantizedPool<U>)
   const T* value_rows(BlockId b, Index layer, Index head) const { return values_.data() + offset(b, layer, head); }
 
@@ -178,18 +194,25 @@ class BlockPool {
   /// per channel: page_size / group_size groups of head_dim).
   template <class U = T> requires kQuantizedPool<U>
   std::uint8_t* key_codes(BlockId b, Index layer, Index head) { return key_codes_.data() + stream(b, layer, head) * k_codes_; }
+  /// Value codes of one (block, layer, head), as key_codes().
   template <class U = T> requires kQuantizedPool<U>
   std::uint8_t* value_codes(BlockId b, Index layer, Index head) { return value_codes_.data() + stream(b, layer, head) * v_codes_; }
+  /// Key parameters of one (block, layer, head), as key_codes().
   template <class U = T> requires kQuantizedPool<U>
   QuantParams* key_params(BlockId b, Index layer, Index head) { return key_params_.data() + stream(b, layer, head) * k_params_; }
+  /// Value parameters of one (block, layer, head), as key_codes().
   template <class U = T> requires kQuantizedPool<U>
   QuantParams* value_params(BlockId b, Index layer, Index head) { return value_params_.data() + stream(b, layer, head) * v_params_; }
+  /// Key codes of one (block, layer, head), read-only.
   template <class U = T> requires kQuantizedPool<U>
   const std::uint8_t* key_codes(BlockId b, Index layer, Index head) const { return key_codes_.data() + stream(b, layer, head) * k_codes_; }
+  /// Value codes of one (block, layer, head), as key_codes().
   template <class U = T> requires kQuantizedPool<U>
   const std::uint8_t* value_codes(BlockId b, Index layer, Index head) const { return value_codes_.data() + stream(b, layer, head) * v_codes_; }
+  /// Key parameters of one (block, layer, head), as key_codes().
   template <class U = T> requires kQuantizedPool<U>
   const QuantParams* key_params(BlockId b, Index layer, Index head) const { return key_params_.data() + stream(b, layer, head) * k_params_; }
+  /// Value parameters of one (block, layer, head), as key_codes().
   template <class U = T> requires kQuantizedPool<U>
   const QuantParams* value_params(BlockId b, Index layer, Index head) const { return value_params_.data() + stream(b, layer, head) * v_params_; }
 

@@ -35,6 +35,7 @@ namespace inferkit {
 /// keeps (rounded up to whole groups): how far truncate() may cut back into quantized groups.
 inline constexpr Index kPagedKeyHistory = 16;
 
+/// One sequence's paged KV cache: its blocks of a BlockPool<T> (file comment). Copying forks it.
 template <class T = float>
 class BlockTable {
  public:
@@ -51,11 +52,13 @@ class BlockTable {
       }
     }
   }
+  /// A fork: retains every block of `o` and copies its key tail.
   BlockTable(const BlockTable& o)
       : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_), group_(o.group_), tail_(o.tail_), written_(o.written_),
         history_(o.history_), history_from_(o.history_from_) {
     for (BlockId b : blocks_) pool_->retain(b);
   }
+  /// Releases this table's blocks and forks `o`.
   BlockTable& operator=(const BlockTable& o) {
     if (this != &o) {
       BlockTable copy(o);
@@ -63,18 +66,21 @@ class BlockTable {
     }
     return *this;
   }
+  /// Takes `o`'s blocks; `o` is left empty.
   BlockTable(BlockTable&& o) noexcept
       : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(o.tokens_), group_(o.group_), tail_(std::move(o.tail_)),
         written_(std::move(o.written_)), history_(o.history_), history_from_(std::move(o.history_from_)) {
     o.blocks_.clear();
     o.tokens_ = 0;
   }
+  /// Swaps with `o` (whose destructor then releases this table's old blocks).
   BlockTable& operator=(BlockTable&& o) noexcept {
     swap(o);
     return *this;
   }
   ~BlockTable() { clear(); }
 
+  /// Exchanges the contents of two tables.
   void swap(BlockTable& o) noexcept {
     std::swap(pool_, o.pool_);
     blocks_.swap(o.blocks_);
@@ -92,6 +98,7 @@ class BlockTable {
   /// otherwise): kPagedKeyHistory (in whole groups) + page_size rows per layer and KV head,
   /// outside the pool.
   std::size_t tail_bytes() const { return tail_.size() * sizeof(float); }
+  /// The table's blocks, page by page.
   const std::vector<BlockId>& blocks() const { return blocks_; }
 
   /// Starts the table with shared full blocks holding `tokens` tokens (e.g. a prefix-trie match);
@@ -182,6 +189,7 @@ class BlockTable {
     tokens_ = saved;
   }
 
+  /// Makes `n` more reserved tokens visible (std::invalid_argument beyond the reserved room).
   void commit(Index n) {
     require(n >= 0 && ceil_div_(tokens_ + n, pool_->page_size()) <= static_cast<Index>(blocks_.size()), "n", n,
             "exceeds the reserved room");
@@ -220,6 +228,7 @@ class BlockTable {
   /// consecutive (per-channel keys: a run ends at the page of the key group still filling).
   class Source {
    public:
+    /// The view of `layer` of table `t`.
     Source(const BlockTable& t, Index layer) : t_(&t), layer_(layer) {
       const Index page = t.pool_->page_size(), pages = ceil_div_(t.tokens_, page);
       const Index tail_page = t.group_ > 0 ? t.flushed(layer) / page : -1;
@@ -228,10 +237,11 @@ class BlockTable {
           run_start_.push_back(p);
       run_start_.push_back(pages);
     }
-    Index num_kv_heads() const { return t_->pool_->config().kv_heads; }
-    Index head_dim() const { return t_->pool_->config().head_dim; }
-    Index num_tokens() const { return t_->tokens_; }
-    Index num_blocks() const { return static_cast<Index>(run_start_.size()) - 1; }
+    Index num_kv_heads() const { return t_->pool_->config().kv_heads; }  ///< KV heads
+    Index head_dim() const { return t_->pool_->config().head_dim; }      ///< elements per row
+    Index num_tokens() const { return t_->tokens_; }                     ///< committed tokens
+    Index num_blocks() const { return static_cast<Index>(run_start_.size()) - 1; }  ///< runs of pages
+    /// Run `r` of KV head `head`: its tokens, rows and positions.
     Block block(Index head, Index r) const {
       const Index page = t_->pool_->page_size();
       const Index first = run_start_[static_cast<std::size_t>(r)] * page;
@@ -263,6 +273,7 @@ class BlockTable {
     Index layer_;
     std::vector<Index> run_start_;  // first page of each run, then the page count
   };
+  /// The KV block view of `layer` (std::out_of_range for a bad layer); valid until the table changes.
   Source source(Index layer) const {
     require_index(layer, pool_->config().layers, "layer");
     return Source(*this, layer);

@@ -130,13 +130,15 @@ inline QuantRowsView quant_view(const std::uint8_t* codes, const QuantParams* pa
 
 /// A row store (KV block view) over consecutive per-token quantized rows.
 struct QuantTokenRows {
-  const std::uint8_t* codes = nullptr;  // row t at codes + t * token_code_bytes
-  const QuantParams* params = nullptr;  // row t at params + t * token_groups
-  const QuantSpec* spec = nullptr;
-  Index dim = 0;
+  const std::uint8_t* codes = nullptr;  ///< row t at codes + t * token_code_bytes
+  const QuantParams* params = nullptr;  ///< row t at params + t * token_groups
+  const QuantSpec* spec = nullptr;      ///< how the rows are quantized
+  Index dim = 0;                        ///< elements per row
 
+  /// The rows for in-register dequantization.
   QuantRowsView quantized_view() const { return quant_view(codes, params, *spec, std::numeric_limits<Index>::max()); }
 
+  /// Rows [first, first + count) decoded into scratch (count rows of `stride`).
   RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool /*allow_in_place*/) const {
     const Index rb = token_code_bytes(*spec, d), groups = token_groups(*spec, d);
     for (Index r = 0; r < count; ++r)
