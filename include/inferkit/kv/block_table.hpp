@@ -54,8 +54,8 @@ class BlockTable {
   }
   /// A fork: retains every block of `o` and copies its key tail.
   BlockTable(const BlockTable& o)
-      : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_), group_(o.group_), tail_(o.tail_), written_(o.written_),
-        history_(o.history_), history_from_(o.history_from_) {
+      : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_), group_(o.group_), history_(o.history_), tail_(o.tail_),
+        written_(o.written_), history_from_(o.history_from_) {
     for (BlockId b : blocks_) pool_->retain(b);
   }
   /// Releases this table's blocks and forks `o`.
@@ -68,8 +68,8 @@ class BlockTable {
   }
   /// Takes `o`'s blocks; `o` is left empty.
   BlockTable(BlockTable&& o) noexcept
-      : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(o.tokens_), group_(o.group_), tail_(std::move(o.tail_)),
-        written_(std::move(o.written_)), history_(o.history_), history_from_(std::move(o.history_from_)) {
+      : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(o.tokens_), group_(o.group_), history_(o.history_),
+        tail_(std::move(o.tail_)), written_(std::move(o.written_)), history_from_(std::move(o.history_from_)) {
     o.blocks_.clear();
     o.tokens_ = 0;
   }
