@@ -7,17 +7,27 @@
 //   (issue 17): err_rel_rms is still against the f32 result on the original data, and
 //   err_rel_rms_vs_exact against the exact arithmetic on the same cache (the rounding the mode
 //   adds). Tk4096 rows: the first 4,096 tokens of the same data.
+//   attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_<scheme>: the same decode over a
+//   block table of 16-token pages (BlockPool<QuantizedKv> for int8 / int4, BlockPool<float> for
+//   f32), against the dense caches above; counter tokens_per_gib (pool tokens per GiB of pages)
+//   and tokens_per_gib_vs_f32 (against the float pool); paged16_scattered_*: the pool's free list
+//   shuffled first, so no two pages are adjacent (every page its own 16-token block).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <memory>
+#include <random>
+#include <stdexcept>
 #include <type_traits>
 #include <string>
 #include <vector>
 
 #include "bench_util.hpp"
 #include "inferkit/attention/attention.hpp"
+#include "inferkit/kv/block_pool.hpp"
+#include "inferkit/kv/block_table.hpp"
 #include "inferkit/kv/dense_cache.hpp"
 #include "inferkit/kv/quantized_cache.hpp"
 
@@ -121,6 +131,35 @@ void BM_quantized(benchmark::State& state, const std::string& preset) {
   quantized_decode(state, preset, kTk, AttentionArithmetic::kExact);
 }
 
+// Decode over one sequence's 16-token pages (layer 0 of a one-layer pool). A fresh pool hands
+// out consecutive blocks, which the table presents as one long block; `scattered` shuffles the
+// free list first (a long-running server's pool), so every page is its own 16-token block.
+template <class T>
+void BM_paged(benchmark::State& state, const std::string& preset, bool scattered) {
+  const Data& d = data();
+  constexpr Index kPage = 16;
+  inferkit::BlockPoolConfig c{1, kHkv, kD, kPage, kTk / kPage};
+  if constexpr (inferkit::kQuantizedPool<T>) c.quant = inferkit::kv_quant_preset(preset);
+  inferkit::BlockPool<T> pool(c);
+  if (scattered) {
+    std::vector<inferkit::BlockId> all;
+    while (const auto b = pool.allocate()) all.push_back(*b);
+    std::mt19937 rng(3);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (inferkit::BlockId b : all) pool.release(b);
+  }
+  inferkit::BlockTable<T> table(pool);
+  if (!table.reserve(kTk)) throw std::runtime_error("pool too small");
+  table.write(0, {d.k.data(), kTk, kHkv, kD}, {d.v.data(), kTk, kHkv, kD});
+  table.commit(kTk);
+  run_decode(state, table.source(0), static_cast<double>(pool.bytes_in_use()), &d.exact_for(kTk), AttentionArithmetic::kExact);
+  const inferkit::BlockPool<float> f32({1, kHkv, kD, kPage, 1});
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  state.counters["tokens_per_gib"] = gib / (double(pool.block_bytes()) / double(kPage));
+  state.counters["tokens_per_gib_vs_f32"] = double(f32.block_bytes()) / double(pool.block_bytes());
+  state.counters["blocks"] = double(table.source(0).num_blocks());
+}
+
 void BM_memread(benchmark::State& state, double bytes) {
   std::vector<float> buf(static_cast<std::size_t>(bytes / 4), 1.0f);
   const auto n = static_cast<std::int64_t>(buf.size());
@@ -142,6 +181,15 @@ BENCHMARK_CAPTURE(BM_quantized, int8, "int8")->Name("attention_decode/inferkit/T
 BENCHMARK_CAPTURE(BM_quantized, int4, "int4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_quantized, kivi4, "kivi4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi4")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_quantized, kivi2, "kivi2")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi2")->UseRealTime()->Unit(benchmark::kMillisecond);
+void BM_paged_f32(benchmark::State& state) { BM_paged<float>(state, "", false); }
+void BM_paged_quantized(benchmark::State& state, const std::string& preset) { BM_paged<inferkit::QuantizedKv>(state, preset, false); }
+void BM_paged_scattered_f32(benchmark::State& state) { BM_paged<float>(state, "", true); }
+void BM_paged_scattered_quantized(benchmark::State& state, const std::string& preset) { BM_paged<inferkit::QuantizedKv>(state, preset, true); }
+BENCHMARK(BM_paged_f32)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_f32")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_paged_quantized, int8, "int8")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_paged_quantized, int4, "int4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_paged_scattered_f32)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_scattered_f32")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_paged_scattered_quantized, int8, "int8")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_scattered_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, int8, 2.0 * kTk * kHkv * kD * 8.5 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, int4, 2.0 * kTk * kHkv * kD * 5.0 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_memread, bf16, 2.0 * kTk * kHkv * kD * 2)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_bf16")->UseRealTime()->Unit(benchmark::kMillisecond);

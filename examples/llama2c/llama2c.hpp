@@ -19,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -275,9 +276,24 @@ struct CacheOptions {
   inferkit::PositionPolicy positions = inferkit::PositionPolicy::kOriginal;
   std::optional<inferkit::KvQuantConfig> quant;  // dense, or window / sink with per-token specs
   inferkit::BlockPool<float>* pool = nullptr;    // kPaged: blocks come from this shared pool
+  inferkit::BlockPool<inferkit::QuantizedKv>* quant_pool = nullptr;  // kPaged over quantized pages (instead of pool)
   bool naive_attention = false;  // baseline runs: inferkit's fp64 reference instead of the kernels
   inferkit::AttentionArithmetic arithmetic = inferkit::AttentionArithmetic::kExact;  // --attn-arith
+  // Batch-invariant attention (AttentionOptions::batch_invariant): bits independent of the page
+  // size, so a paged cache's logits equal a dense cache's bit for bit (quantized caches
+  // included: a rounding difference upstream would otherwise flip codes downstream).
+  bool batch_invariant = false;
 };
+
+/// A KV quantization config made pageable at `page_size` (BlockPool<QuantizedKv>): no residual
+/// (the paged cache's float tail is the per-channel key group still filling), per-channel key
+/// groups of gcd(group_size, page_size) tokens so a group never spans pages. The dense quantized
+/// cache under the same config stores the same codes.
+inline inferkit::KvQuantConfig paged_quant(inferkit::KvQuantConfig q, Index page_size) {
+  q.keys.residual = q.values.residual = 0;
+  if (q.keys.axis == inferkit::QuantAxis::kPerChannel) q.keys.group_size = std::gcd(q.keys.group_size, page_size);
+  return q;
+}
 
 /// The KV cache of one sequence under the chosen policy.
 class Cache {
@@ -285,8 +301,9 @@ class Cache {
   Cache(const Config& c, const CacheOptions& o) : opt_(o) {
     const Index L = c.n_layers, H = c.n_kv_heads, D = c.head_size();
     if (o.kind == CacheKind::kPaged) {
-      if (!o.pool) throw std::invalid_argument("llama2c: a paged cache needs a block pool");
-      impl_.emplace<inferkit::BlockTable<float>>(*o.pool);
+      if (o.quant_pool) impl_.emplace<inferkit::BlockTable<inferkit::QuantizedKv>>(*o.quant_pool);
+      else if (o.pool) impl_.emplace<inferkit::BlockTable<float>>(*o.pool);
+      else throw std::invalid_argument("llama2c: a paged cache needs a block pool");
     } else if (o.kind == CacheKind::kDense) {
       if (o.quant) impl_.emplace<inferkit::QuantizedKvCache>(L, H, D, *o.quant);
       else impl_.emplace<inferkit::DenseKvCache<float>>(L, H, D, 64);
@@ -311,7 +328,7 @@ class Cache {
         std::vector<std::int32_t> p(static_cast<std::size_t>(tokens));
         for (Index i = 0; i < tokens; ++i) p[static_cast<std::size_t>(i)] = pos + static_cast<std::int32_t>(i);
         c.append(layer, kt, vt, p);
-      } else if constexpr (std::is_same_v<C, inferkit::BlockTable<float>>) {
+      } else if constexpr (kIsTable<C>) {
         if (layer == 0) {  // the step's tokens get their slots (all layers) before layer 0 attends
           if (!c.reserve(tokens)) throw std::runtime_error("llama2c: the block pool is exhausted");
           c.commit(tokens);
@@ -338,17 +355,20 @@ class Cache {
       else {
         inferkit::AttentionOptions ao;
         ao.arithmetic = opt_.arithmetic;
+        ao.batch_invariant = opt_.batch_invariant;
         inferkit::attention(qv, c.source(layer), ov, {}, ao);
       }
     }, impl_);
   }
 
-  /// The paged cache's block table (kPaged only).
-  inferkit::BlockTable<float>& table() { return std::get<inferkit::BlockTable<float>>(impl_); }
+  /// The paged cache's block table (kPaged only; T = QuantizedKv over a quant_pool).
+  template <class T = float>
+  inferkit::BlockTable<T>& table() { return std::get<inferkit::BlockTable<T>>(impl_); }
 
   void truncate(Index length) {
     if (auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return d->truncate(length);
     if (auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) return t->truncate(length);
+    if (auto* t = std::get_if<inferkit::BlockTable<inferkit::QuantizedKv>>(&impl_)) return t->truncate(length);
     throw std::invalid_argument("llama2c: truncation (speculative decoding) needs a dense float cache");
   }
 
@@ -358,6 +378,8 @@ class Cache {
     if (const auto* q = std::get_if<inferkit::QuantizedKvCache>(&impl_)) return static_cast<double>(q->bytes_in_use());
     if (const auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return per_token * static_cast<double>(d->length(0));
     if (const auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) return per_token * static_cast<double>(t->num_tokens());
+    if (const auto* t = std::get_if<inferkit::BlockTable<inferkit::QuantizedKv>>(&impl_))  // whole pages + the key tail
+      return static_cast<double>(t->blocks().size() * opt_.quant_pool->block_bytes() + t->tail_bytes());
     if (const auto* w = std::get_if<inferkit::QuantizedSinkWindowCache>(&impl_)) return static_cast<double>(w->bytes());
     const auto& w = std::get<inferkit::SinkWindowCache<float>>(impl_);
     return per_token * static_cast<double>(w.size(0));
@@ -368,9 +390,12 @@ class Cache {
   template <class C>
   static constexpr bool kIsSinkWindow =
       std::is_same_v<C, inferkit::SinkWindowCache<float>> || std::is_same_v<C, inferkit::QuantizedSinkWindowCache>;
+  template <class C>
+  static constexpr bool kIsTable =
+      std::is_same_v<C, inferkit::BlockTable<float>> || std::is_same_v<C, inferkit::BlockTable<inferkit::QuantizedKv>>;
 
   std::variant<inferkit::DenseKvCache<float>, inferkit::QuantizedKvCache, inferkit::SinkWindowCache<float>,
-               inferkit::BlockTable<float>, inferkit::QuantizedSinkWindowCache>
+               inferkit::BlockTable<float>, inferkit::QuantizedSinkWindowCache, inferkit::BlockTable<inferkit::QuantizedKv>>
       impl_{
       std::in_place_index<0>, 1, 1, 2, 1};
 };

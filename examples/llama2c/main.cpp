@@ -4,8 +4,11 @@
 //       [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N] [--prompt-ids "1 5 9"]
 //       [--print-ids] [--beams N --length-penalty A --length-penalty-mode hf|gnmt|none]
 //       [--contrastive K --alpha A] [--draft PATH | --draft-layers N] [--draft-k K]
+//       [--prompts FILE [--page-size P] [--kv-quant ...]] (prefix reuse over a (quantized) block pool)
 //   inferkit-llama2c eval --model M --eval-ids FILE [--eval-range A:B] [--eval-chunk N (tokens per forward)]
-//       [--cache dense|window|sink-window] [--window W] [--sinks N] [--positions original|cache]
+//       [--cache dense|window|sink-window|paged] [--window W] [--sinks N] [--positions original|cache]
+//       [--page-size P] (paged; with --kv-quant the pool holds quantized pages, llama2c::paged_quant)
+//       [--batch-invariant] (attention bits independent of the page size)
 //       [--kv-quant none|int8|int4|kivi4|kivi2] [--kv-quant-k ...] [--kv-quant-v ...]
 //   generate (plain sampling) and eval also take [--attn-arith exact|fast]: the decode attention
 //       arithmetic (inferkit::AttentionArithmetic; fast = kReduced, see attention/options.hpp)
@@ -230,7 +233,7 @@ int cmd_generate(int argc, char** argv) {
                with(with(with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
                 "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer",
-                "--attn-arith"},
+                "--attn-arith", "--kv-quant", "--kv-quant-k", "--kv-quant-v"},
                llama2c::kSteeringValueFlags), kQuantValueFlags), llama2c::kSamplingValueFlags), kMoeValueFlags),
                with(with(with({"--print-ids"}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
@@ -266,6 +269,8 @@ int cmd_generate(int argc, char** argv) {
     for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens"})
       if (a.has(f)) throw std::invalid_argument(std::string("steering works with plain sampling only, not with ") + f);
   }
+  for (const char* f : {"--kv-quant", "--kv-quant-k", "--kv-quant-v"})
+    if (a.has(f) && !a.has("--prompts")) throw std::invalid_argument(std::string("generate reads ") + f + " only with --prompts (the paged cache)");
   if (a.has("--prompts")) {  // prefix reuse over a file of prompts, one per line
     std::ifstream f(a.str("--prompts"));
     if (!f) throw std::invalid_argument("cannot open --prompts file '" + a.str("--prompts") + "'");
@@ -277,7 +282,8 @@ int cmd_generate(int argc, char** argv) {
     if (page < 1) throw std::invalid_argument("--page-size must be >= 1");
     llama2c::PrefixReuseStats ps;
     const auto t0 = std::chrono::steady_clock::now();
-    const auto outs = llama2c::serve_prompts(model, prompts, steps, s, page, a.str("--model"), true, &ps);
+    const auto outs = llama2c::serve_prompts(model, prompts, steps, s, page, a.str("--model"), true, &ps,
+                                             quant_config(a, model.config().head_size()));
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const auto& o : outs) {
       if (a.has("--print-ids")) print_ids(o);
@@ -332,9 +338,9 @@ int cmd_generate(int argc, char** argv) {
 int cmd_eval(int argc, char** argv) {
   const Args a(argc, argv, 2,
                with(with(with({"--model", "--eval-ids", "--eval-range", "--eval-chunk", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
-                     "--kv-quant-k", "--kv-quant-v", "--tokenizer", "--attn-arith"},
+                     "--kv-quant-k", "--kv-quant-v", "--tokenizer", "--attn-arith", "--page-size"},
                     llama2c::kSteeringValueFlags), kQuantValueFlags), kMoeValueFlags),
-               with(with(with({}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
+               with(with(with({"--batch-invariant"}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("eval needs --model PATH");
   if (!a.has("--eval-ids")) throw std::invalid_argument("eval needs --eval-ids FILE");
   const auto arithmetic = attn_arith(a);  // checked before any work
@@ -364,7 +370,9 @@ int cmd_eval(int argc, char** argv) {
   if (kind == "dense") c.kind = llama2c::CacheKind::kDense;
   else if (kind == "window") c.kind = llama2c::CacheKind::kWindow;
   else if (kind == "sink-window") c.kind = llama2c::CacheKind::kSinkWindow;
-  else throw std::invalid_argument("--cache = '" + kind + "' is invalid: must be dense, window or sink-window");
+  else if (kind == "paged") c.kind = llama2c::CacheKind::kPaged;
+  else throw std::invalid_argument("--cache = '" + kind + "' is invalid: must be dense, window, sink-window or paged");
+  if (a.has("--page-size") && kind != "paged") throw std::invalid_argument("--page-size goes with --cache paged");
   c.window = a.integer("--window", 64);
   c.sinks = a.integer("--sinks", 4);
   const std::string pos = a.str("--positions", "original");
@@ -373,6 +381,23 @@ int cmd_eval(int argc, char** argv) {
   else throw std::invalid_argument("--positions = '" + pos + "' is invalid: must be original or cache");
   c.quant = quant_config(a, model.config().head_size());
   c.arithmetic = arithmetic;
+  c.batch_invariant = a.has("--batch-invariant");
+  // --cache paged: one sequence's pages from a block pool (quantized pages with --kv-quant,
+  // under llama2c::paged_quant's specs: no residual, per-channel key groups within a page).
+  const Index page = a.integer("--page-size", 16);
+  if (page < 1) throw std::invalid_argument("--page-size must be >= 1");
+  inferkit::BlockPoolConfig pc{model.config().n_layers, model.config().n_kv_heads, model.config().head_size(), page,
+                               static_cast<Index>(ids.size()) / page + 1};
+  std::optional<inferkit::BlockPool<float>> fpool;
+  std::optional<inferkit::BlockPool<inferkit::QuantizedKv>> qpool;
+  if (c.kind == llama2c::CacheKind::kPaged) {
+    if (c.quant) {
+      pc.quant = llama2c::paged_quant(*c.quant, page);
+      c.quant_pool = &qpool.emplace(pc);
+    } else {
+      c.pool = &fpool.emplace(pc);
+    }
+  }
   std::optional<llama2c::Tokenizer> tok;
   if (a.has("--tokenizer")) tok = llama2c::Tokenizer::load(a.str("--tokenizer"), model.config().vocab_size);
   if (const auto steer = steering_spec(a, tok ? &*tok : nullptr)) {  // NLL and token-set probability, without and with

@@ -8,6 +8,7 @@
 #include "inferkit/kv/dense_cache.hpp"
 #include "inferkit/kv/quantized_cache.hpp"
 #include "inferkit/kv/sink_window_cache.hpp"
+#include "kv/kv_test_util.hpp"
 
 using inferkit::Index;
 
@@ -42,18 +43,7 @@ TEST_CASE("dense cache: append, grow, truncate, and attention over it equals ove
 namespace {
 // Dequantized copy of every token of a quantized cache's layer, through its block view.
 void dequantized(const inferkit::QuantizedKvCache& c, Index layer, std::vector<float>& k, std::vector<float>& v) {
-  const auto src = c.source(layer);
-  const Index n = src.num_tokens(), h = src.num_kv_heads(), d = src.head_dim();
-  k.assign(static_cast<std::size_t>(n * h * d), 0);
-  v = k;
-  std::vector<float> scratch(static_cast<std::size_t>(n * d));
-  for (Index head = 0; head < h; ++head) {
-    const auto blk = src.block(head, 0);
-    const auto kr = blk.keys.load_f32(0, n, d, scratch.data(), d, false);
-    for (Index t = 0; t < n; ++t) std::copy_n(kr.data + t * kr.stride, d, k.begin() + (t * h + head) * d);
-    const auto vr = blk.values.load_f32(0, n, d, scratch.data(), d, false);
-    for (Index t = 0; t < n; ++t) std::copy_n(vr.data + t * vr.stride, d, v.begin() + (t * h + head) * d);
-  }
+  test::dequantized_rows(c.source(layer), k, v);
 }
 }  // namespace
 

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -10,6 +12,7 @@
 #include "inferkit/kv/block_table.hpp"
 #include "inferkit/kv/dense_cache.hpp"
 #include "inferkit/kv/prefix_trie.hpp"
+#include "kv/kv_test_util.hpp"
 
 using inferkit::BlockId;
 using inferkit::Index;
@@ -188,20 +191,35 @@ TEST_CASE("extend feeds pages one at a time below a pinned path", "[kv][trie]") 
   CHECK_THROWS_WITH(trie.extend(id, h, std::span<const TokenId>(toks).first(3), 0), Catch::Contains("page.size() = 3"));
 }
 
-TEST_CASE("randomized operations keep the trie, the pool and the holders consistent", "[kv][trie][model]") {
+namespace {
+// The model test's pool: float rows, or quantized (KIVI-style: 4-bit keys per channel over the
+// page, int8 values per token).
+template <class T>
+inferkit::BlockPoolConfig model_pool(Index page) {
+  inferkit::BlockPoolConfig c{1, 1, 2, page, 120};
+  if constexpr (inferkit::kQuantizedPool<T>)
+    c.quant = {inferkit::QuantSpec{4, false, page, inferkit::QuantAxis::kPerChannel, 0},
+               inferkit::QuantSpec{8, true, 2, inferkit::QuantAxis::kPerToken, 0}};
+  return c;
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("randomized operations keep the trie, the pool and the holders consistent", "[kv][trie][model]", float,
+                   inferkit::QuantizedKv) {
+  using T = TestType;
   std::mt19937 rng(12345);
   for (Index page : {1, 3, 16}) {
     INFO("page " << page);
-    inferkit::BlockPool<float> pool({1, 1, 2, page, 120});
-    inferkit::PrefixTrie<float> trie(pool);
+    inferkit::BlockPool<T> pool(model_pool<T>(page));
+    inferkit::PrefixTrie<T> trie(pool);
     const std::vector<inferkit::ContextIdentity> ids{{"m1"}, {"m2"}, {"m1", "lora"}};
     // Prompts are built from shared "system prompts" plus random suffixes, so they share pages.
     std::vector<std::vector<TokenId>> systems(4);
     for (auto& s : systems)
       for (Index i = 0; i < 2 * page + 1; ++i) s.push_back(static_cast<TokenId>(rng() % 7));
     struct Held {
-      inferkit::BlockTable<float> table;
-      inferkit::PrefixTrie<float>::Handle handle;
+      inferkit::BlockTable<T> table;
+      typename inferkit::PrefixTrie<T>::Handle handle;
       std::size_t id;
       std::vector<TokenId> tokens;
     };
@@ -217,7 +235,7 @@ TEST_CASE("randomized operations keep the trie, the pool and the holders consist
         auto m = trie.match(ids[idn], toks);
         REQUIRE(m.tokens == static_cast<Index>(m.blocks.size()) * page);
         REQUIRE(m.tokens <= static_cast<Index>(toks.size()));
-        inferkit::BlockTable<float> table(pool);
+        inferkit::BlockTable<T> table(pool);
         table.assign_prefix(m.blocks, m.tokens);
         const Index rest = static_cast<Index>(toks.size()) - m.tokens;
         bool ok = true;
@@ -231,9 +249,25 @@ TEST_CASE("randomized operations keep the trie, the pool and the holders consist
           trie.release(m.handle);
           continue;
         }
-        std::vector<float> kv(static_cast<std::size_t>(rest * 2), 0.5f);
-        table.write(0, {kv.data(), rest, 1, 2}, {kv.data(), rest, 1, 2});
+        // Token i's K row is (token, i), its V row (i, token): a matched page must hold this
+        // request's tokens at their positions (within the quantization error).
+        std::vector<float> kr, vr;
+        for (Index i = m.tokens; i < static_cast<Index>(toks.size()); ++i) {
+          kr.insert(kr.end(), {float(toks[static_cast<std::size_t>(i)]), float(i)});
+          vr.insert(vr.end(), {float(i), float(toks[static_cast<std::size_t>(i)])});
+        }
+        table.write(0, {kr.data(), rest, 1, 2}, {vr.data(), rest, 1, 2});
         table.commit(rest);
+        std::vector<float> kd, vd;
+        test::dequantized_rows(table.source(0), kd, vd);
+        const float tol = inferkit::kQuantizedPool<T> ? 0.45f : 0.0f;
+        float err = 0.0f;
+        for (Index i = 0; i < static_cast<Index>(toks.size()); ++i) {
+          const float tok = float(toks[static_cast<std::size_t>(i)]);
+          err = std::max({err, std::abs(kd[2 * i] - tok), std::abs(vd[2 * i + 1] - tok), std::abs(kd[2 * i + 1] - float(i)) / 2,
+                          std::abs(vd[2 * i] - float(i)) / 2});
+        }
+        REQUIRE(err <= tol);
         trie.insert(ids[idn], toks, table.blocks());
         REQUIRE(trie.peek(ids[idn], toks) == (static_cast<Index>(toks.size()) / page) * page);
         if (rng() % 2) {

@@ -8,6 +8,7 @@
 // mix(h_q, seed, draw) % vocab: what a request generates depends on its whole token sequence,
 // its identity, its seed and the draw index only.
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,17 +53,59 @@ inline std::uint64_t row_hash(const float* k, const float* v) {
   return std::uint64_t(k[2]) | (std::uint64_t(k[3]) << 16) | (std::uint64_t(v[0]) << 32) | (std::uint64_t(v[1]) << 48);
 }
 
+// A quantized pool stores each 16-bit row value as four 4-bit digits, one per channel (head_dim
+// 16): integers in [0, 15] survive int8 and 4-bit (per token or per channel) quantization within
+// half a step, so rounding the decoded channels gives the row back exactly.
+constexpr inferkit::Index kQuantHeadDim = 16;
+template <class T>
+constexpr inferkit::Index head_dim_of = inferkit::kQuantizedPool<T> ? kQuantHeadDim : kHeadDim;
+
 /// Reads row q of a table (layer 0, head 0).
 template <class T>
 Row read_row(const inferkit::BlockPool<T>& pool, const inferkit::BlockTable<T>& t, inferkit::Index q) {
   const inferkit::Index page = pool.page_size();
-  const inferkit::BlockId b = t.blocks()[static_cast<std::size_t>(q / page)];
   Row r;
-  for (int i = 0; i < 4; ++i) {
-    r.k[i] = static_cast<float>(pool.key_rows(b, 0, 0)[(q % page) * kHeadDim + i]);
-    r.v[i] = static_cast<float>(pool.value_rows(b, 0, 0)[(q % page) * kHeadDim + i]);
+  if constexpr (inferkit::kQuantizedPool<T>) {
+    const auto src = t.source(0);
+    inferkit::Index b = 0, first = 0;  // the block holding token q
+    while (first + src.block(0, b).num_tokens <= q) first += src.block(0, b++).num_tokens;
+    const auto blk = src.block(0, b);
+    float kd[kQuantHeadDim], vd[kQuantHeadDim];
+    const auto kr = blk.keys.load_f32(q - first, 1, kQuantHeadDim, kd, kQuantHeadDim, true);
+    const auto vr = blk.values.load_f32(q - first, 1, kQuantHeadDim, vd, kQuantHeadDim, true);
+    for (int i = 0; i < 4; ++i) {
+      int kv = 0, vv = 0;
+      for (int j = 0; j < 4; ++j) {
+        kv |= static_cast<int>(std::lround(kr.data[4 * i + j])) << (4 * j);
+        vv |= static_cast<int>(std::lround(vr.data[4 * i + j])) << (4 * j);
+      }
+      r.k[i] = float(kv);
+      r.v[i] = float(vv);
+    }
+  } else {
+    const inferkit::BlockId b = t.blocks()[static_cast<std::size_t>(q / page)];
+    for (int i = 0; i < 4; ++i) {
+      r.k[i] = static_cast<float>(pool.key_rows(b, 0, 0)[(q % page) * kHeadDim + i]);
+      r.v[i] = static_cast<float>(pool.value_rows(b, 0, 0)[(q % page) * kHeadDim + i]);
+    }
   }
   return r;
+}
+
+/// Writes row q of a table (layer 0, head 0).
+template <class T>
+void write_row(inferkit::BlockTable<T>& t, inferkit::Index q, const Row& row) {
+  if constexpr (inferkit::kQuantizedPool<T>) {
+    float k[kQuantHeadDim], v[kQuantHeadDim];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        k[4 * i + j] = float((static_cast<int>(row.k[i]) >> (4 * j)) & 15);
+        v[4 * i + j] = float((static_cast<int>(row.v[i]) >> (4 * j)) & 15);
+      }
+    t.write_at(0, q, {k, 1, 1, kQuantHeadDim}, {v, 1, 1, kQuantHeadDim});
+  } else {
+    t.write_at(0, q, {row.k, 1, 1, kHeadDim}, {row.v, 1, 1, kHeadDim});
+  }
 }
 
 /// Prefix hashes h_0..h_{n-1} of a token sequence under an identity (the reference).
@@ -130,7 +173,7 @@ std::pair<std::vector<inferkit::TokenId>, std::vector<inferkit::Index>> run_plan
       const inferkit::TokenId t = s.tokens[static_cast<std::size_t>(j)];
       h[static_cast<std::size_t>(j)] = step_hash(prev, t, q);
       const Row row = make_row(t, q, h[static_cast<std::size_t>(j)]);
-      s.table->write_at(0, q, {row.k, 1, 1, kHeadDim}, {row.v, 1, 1, kHeadDim});
+      write_row(*s.table, q, row);
     }
     if (!s.sample) continue;
     const inferkit::Index first = s.num_tokens - 1 - s.draft_tokens;

@@ -44,12 +44,24 @@ constexpr int kVocab = 12;
 // `spare`: a pool that holds one big request and little else.
 Index tight_pool(Index page, Index spare) { return (5 * page + 5 + 13 + page - 1) / page + spare; }
 
+// The pool of a scenario: float rows, or quantized KIVI-style (4-bit keys per channel over the
+// page, 4-bit values per token; rows stored as 4-bit digits, serving_test_util.hpp).
+template <class T>
+inferkit::BlockPoolConfig scenario_pool(Index page, Index blocks) {
+  inferkit::BlockPoolConfig c{1, 1, test::head_dim_of<T>, page, blocks};
+  if constexpr (inferkit::kQuantizedPool<T>)
+    c.quant = {inferkit::QuantSpec{4, false, page, inferkit::QuantAxis::kPerChannel, 0},
+               inferkit::QuantSpec{4, false, test::kQuantHeadDim, inferkit::QuantAxis::kPerToken, 0}};
+  return c;
+}
+
 // Returns a fingerprint of every plan (ids, positions, rows, drafts, preemptions).
+template <class T = float>
 std::uint64_t run_scenario(const Scenario& sc) {
   std::mt19937 rng(sc.seed);
   const auto uni = [&](int lo, int hi) { return static_cast<int>(lo + rng() % static_cast<unsigned>(hi - lo + 1)); };
-  inferkit::BlockPool<float> pool({1, 1, test::kHeadDim, sc.page, sc.blocks});
-  inferkit::PrefixTrie<float> trie(pool);
+  inferkit::BlockPool<T> pool(scenario_pool<T>(sc.page, sc.blocks));
+  inferkit::PrefixTrie<T> trie(pool);
   inferkit::SchedulerConfig cfg{.max_batched_tokens = sc.budget,
                                 .max_sequences = sc.seqs,
                                 .max_prefill_chunk = sc.chunk,
@@ -57,7 +69,7 @@ std::uint64_t run_scenario(const Scenario& sc) {
                                 .policy = sc.policy,
                                 .starvation_iterations = sc.starvation,
                                 .lpm_refresh_per_iteration = 4};
-  inferkit::Scheduler<float> sched(pool, sc.trie ? &trie : nullptr, cfg);
+  inferkit::Scheduler<T> sched(pool, sc.trie ? &trie : nullptr, cfg);
 
   const std::vector<inferkit::ContextIdentity> identities{{"model"}, {"model", "lora"}};
   std::vector<std::vector<TokenId>> systems(3);
@@ -310,4 +322,12 @@ TEST_CASE("scheduler model test: unchunked prefill and no prefix cache", "[servi
 TEST_CASE("scheduler model test: the same inputs give the same plans", "[serving][model]") {
   const Scenario sc{3, tight_pool(3, 3), 12, 5, 4, true, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 4, 500, 99u};
   CHECK(run_scenario(sc) == run_scenario(sc));
+}
+
+TEST_CASE("scheduler model test over a quantized (KIVI) pool: the cache holds every row, the plans are the float pool's", "[serving][model][quantized]") {
+  for (Index page : {1, 3, 8}) {
+    INFO("page " << page);
+    const Scenario sc{page, tight_pool(page, 3), 12, 5, 0, true, true, inferkit::SchedulingPolicy::kFcfs, 0, 500, 41u + static_cast<unsigned>(page)};
+    CHECK(run_scenario<inferkit::QuantizedKv>(sc) == run_scenario<float>(sc));
+  }
 }

@@ -6,16 +6,23 @@
 //   metadata (int4 with group 32 and a binary16 scale: 4 + 16/32 = 4.5 bits per element; with a
 //   binary16 minimum as well: 5 bits) and the full-precision residual tokens (float).
 //   A sink + window cache holds at most n_sink + window tokens whatever the context.
+//   A paged cache (kPaged) holds whole pages: ceil(context / page_size) per sequence, each page
+//   page_size tokens of float / 16-bit rows (element_bytes) or, with paged_quantized, of
+//   quantized rows as BlockPool<QuantizedKv> stores them (codes plus a 4-byte (step, minimum)
+//   pair per group, symmetric specs too), plus per sequence the block table's float key tail
+//   when keys are per channel (BlockTable::tail_bytes()).
 // Weights: token embedding (and an untied classifier), per layer wq, wk, wv, wo, w1, w2, w3 and
 // two norms, the final norm, at `weight_bytes` per parameter (0.5625 for 4.5-bit weights, ...).
 // Scratch: per sequence, the activations of one token step (x, xb, q, k, v, attention output,
 // hidden h1/h3, logits) in float, plus one attention tile workspace per thread.
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/view.hpp"
+#include "inferkit/kv/block_table.hpp"
 #include "inferkit/kv/quant_codec.hpp"
 #include "inferkit/kv/quantized_cache.hpp"
 
@@ -40,16 +47,19 @@ struct ModelShape {
 enum class CacheKind {
   kDense,      ///< DenseKvCache
   kQuantized,  ///< QuantizedKvCache
-  kSinkWindow  ///< SinkWindowCache (at most n_sink + window tokens)
+  kSinkWindow, ///< SinkWindowCache (at most n_sink + window tokens)
+  kPaged       ///< BlockPool / BlockTable pages (float, 16-bit or quantized)
 };
 
 /// The cache policy of a plan.
 struct CachePolicy {
   CacheKind kind = CacheKind::kDense;  ///< cache container
-  double element_bytes = 2;  ///< dense and sink-window storage: 4 (f32), 2 (f16/bf16)
-  KvQuantConfig quant{};     ///< kQuantized: the key and value specs
+  double element_bytes = 2;  ///< dense, sink-window and float paged storage: 4 (f32), 2 (f16/bf16)
+  KvQuantConfig quant{};     ///< kQuantized, and kPaged with paged_quantized: the key and value specs
   Index n_sink = 0;          ///< kSinkWindow: sink tokens
   Index window = 0;          ///< kSinkWindow: window tokens
+  Index page_size = 16;          ///< kPaged: tokens per page
+  bool paged_quantized = false;  ///< kPaged: pages hold `quant` codes (BlockPool<QuantizedKv>)
 };
 
 /// Bytes of a plan (see plan_memory()).
@@ -68,9 +78,14 @@ inline double parameter_count(const ModelShape& m) {
   return double(m.vocab) * d * (m.tied_embeddings ? 1.0 : 2.0) + double(m.layers) * per_layer + d;
 }
 
-/// KV bytes per token of one sequence under a policy (quantized: codes and metadata only).
+/// KV bytes per token of one sequence under a policy (quantized: codes and metadata only; paged:
+/// per token of a full page).
 inline double kv_bytes_per_token(const ModelShape& m, const CachePolicy& c) {
   const double elems = double(m.layers) * double(m.kv_heads) * double(m.head_dim_or_default());
+  if (c.kind == CacheKind::kPaged && c.paged_quantized) {  // parameters stored as 4-byte pairs
+    const auto stream = [&](const QuantSpec& s) { return elems * (s.bits / 8.0 + double(sizeof(QuantParams)) / double(s.group_size)); };
+    return stream(c.quant.keys) + stream(c.quant.values);
+  }
   if (c.kind != CacheKind::kQuantized) return 2.0 * elems * c.element_bytes;
   const auto stream = [&](const QuantSpec& spec) {  // the group the cache would use (fit_kv_quant)
     const QuantSpec s = fit_kv_quant(spec, m.head_dim_or_default());
@@ -93,7 +108,16 @@ inline MemoryPlan plan_memory(const ModelShape& m, Index context, Index batch, c
   const double elems = double(m.layers) * double(m.kv_heads) * double(m.head_dim_or_default());
   double tokens = double(context);
   if (c.kind == CacheKind::kSinkWindow) tokens = std::min<double>(tokens, double(c.n_sink + c.window));
+  if (c.kind == CacheKind::kPaged) {
+    require(c.page_size > 0, "page_size", c.page_size, "must be > 0");
+    if (c.paged_quantized) validate_paged_quant(c.quant, m.head_dim_or_default(), c.page_size);
+    tokens = std::ceil(double(context) / double(c.page_size)) * double(c.page_size);  // whole pages
+  }
   p.kv_cache = kv_bytes_per_token(m, c) * tokens * double(batch);
+  if (c.kind == CacheKind::kPaged && c.paged_quantized && c.quant.keys.axis == QuantAxis::kPerChannel) {
+    const Index g = c.quant.keys.group_size, history = (kPagedKeyHistory + g - 1) / g * g;  // BlockTable's key tail
+    p.kv_cache += elems * double(history + c.page_size) * 4.0 * double(batch);
+  }
   if (c.kind == CacheKind::kQuantized) {  // full-precision residual tails (at most residual + group - 1)
     const auto tail = [&](const QuantSpec& s) {
       const double r = double(s.residual + (s.axis == QuantAxis::kPerChannel ? s.group_size - 1 : 0));

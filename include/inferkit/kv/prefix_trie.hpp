@@ -1,7 +1,7 @@
 #pragma once
 // Exact-prefix reuse over paged KV blocks (in the spirit of SGLang's RadixAttention and vLLM's
 // prefix caching): a trie whose edges are whole pages of token ids, rooted at a context identity
-// (model, adapter, RoPE/config fingerprint, caller salt), so the same tokens under another
+// (model, adapter, RoPE/config fingerprint, caller salt, the pool's KV encoding), so the same tokens under another
 // identity never match. Each node holds the pool block with that page's K/V (the trie retains
 // it).
 //   match(identity, tokens): the longest cached prefix (whole pages), its blocks, and a handle
@@ -41,10 +41,14 @@ struct ContextIdentity {
   std::string config{};   // RoPE and other config that changes K/V (base, scaling, dtype, ...)
   /// Any further separation the caller wants (tenant, ...).
   std::uint64_t salt = 0;
-  /// The identity as one unambiguous string (length-prefixed fields).
+  /// The KV encoding of the cached pages (BlockPool::kv_encoding(): "f32", "q:k8sg32t,v8sg32t",
+  /// ...); empty means the trie's own pool's. A trie only ever stores pages under its pool's
+  /// encoding, so a request for another encoding (a float request on an int8 trie) never matches.
+  std::string kv_encoding{};
+  /// The identity as one unambiguous string (length-prefixed fields, then the KV encoding).
   std::string key() const {
     return std::to_string(model.size()) + ':' + model + '|' + std::to_string(adapter.size()) + ':' + adapter + '|' +
-           std::to_string(config.size()) + ':' + config + '|' + std::to_string(salt);
+           std::to_string(config.size()) + ':' + config + '|' + std::to_string(salt) + '|' + kv_encoding;
   }
 };
 
@@ -77,8 +81,9 @@ class PrefixTrie {
     Handle handle;
   };
 
-  /// An empty trie over `pool` (which must outlive it), pages of pool.page_size() tokens.
-  explicit PrefixTrie(BlockPool<T>& pool) : pool_(&pool), page_(pool.page_size()) {}
+  /// An empty trie over `pool` (which must outlive it), pages of pool.page_size() tokens, storing
+  /// pages under the pool's KV encoding only.
+  explicit PrefixTrie(BlockPool<T>& pool) : pool_(&pool), page_(pool.page_size()), encoding_(pool.kv_encoding()) {}
   ~PrefixTrie() {
     for (std::size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i].alive && nodes_[i].block >= 0) pool_->release(nodes_[i].block);
@@ -97,7 +102,7 @@ class PrefixTrie {
     ++stats_.lookups;
     ++clock_;
     Match m;
-    const auto r = roots_.find(id.key());
+    const auto r = roots_.find(root_key(id));
     if (r == roots_.end()) return m;
     NodeId cur = r->second;
     for (Index p = 0; (p + 1) * page_ <= static_cast<Index>(tokens.size()); ++p) {
@@ -123,7 +128,7 @@ class PrefixTrie {
 
   /// Cached prefix length of `tokens` without pinning, touching or counting (for inspection).
   Index peek(const ContextIdentity& id, std::span<const TokenId> tokens) const {
-    const auto r = roots_.find(id.key());
+    const auto r = roots_.find(root_key(id));
     if (r == roots_.end()) return 0;
     NodeId cur = r->second;
     Index p = 0;
@@ -272,8 +277,19 @@ class PrefixTrie {
     return h;
   }
 
+  // The identity's key with the KV encoding made explicit (empty = the pool's).
+  std::string root_key(const ContextIdentity& id) const {
+    if (!id.kv_encoding.empty()) return id.key();
+    ContextIdentity full = id;
+    full.kv_encoding = encoding_;
+    return full.key();
+  }
+
   NodeId root(const ContextIdentity& id) {
-    const std::string k = id.key();
+    if (!id.kv_encoding.empty() && id.kv_encoding != encoding_) [[unlikely]]
+      throw_invalid_argument("identity.kv_encoding", id.kv_encoding,
+                             "must be empty or the pool's encoding (" + encoding_ + "): pages are stored under it");
+    const std::string k = root_key(id);
     const auto it = roots_.find(k);
     if (it != roots_.end()) return it->second;
     const NodeId r = alloc_node();
@@ -372,6 +388,7 @@ class PrefixTrie {
 
   BlockPool<T>* pool_;
   Index page_;
+  std::string encoding_;  // the pool's KV encoding, part of every root's key
   std::vector<Node> nodes_;
   std::vector<TokenId> tokens_;  // page tokens of node i at [i * page, (i + 1) * page)
   std::vector<NodeId> free_nodes_;

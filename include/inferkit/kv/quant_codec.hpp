@@ -52,6 +52,13 @@ struct QuantSpec {
   int meta_bytes() const { return symmetric ? 2 : 4; }
 };
 
+/// Keys and values quantized independently (their errors enter attention at different points:
+/// keys through the scores, values through the weighted sum).
+struct KvQuantConfig {
+  QuantSpec keys;    ///< the key stream's spec
+  QuantSpec values;  ///< the value stream's spec
+};
+
 /// Checks a spec on its own (bits, group size, residual); `name` prefixes the field in errors.
 /// @throws std::invalid_argument naming `name.field` and its value.
 inline void validate_quant_spec(const QuantSpec& s, const std::string& name) {

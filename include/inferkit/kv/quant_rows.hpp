@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/simd.hpp"
@@ -97,6 +98,19 @@ inline void quantize_token_row(const float* x, const QuantSpec& s, Index d, std:
   }
 }
 
+/// Quantizes each of d channels over n consecutive token rows x[t * d + c] (KIVI keys): one
+/// QuantParams per channel (params[c]), codes written into n rows of token_code_bytes (zeroed first).
+inline void quantize_channel_group(const float* x, Index n, const QuantSpec& s, Index d, std::uint8_t* codes,
+                                   QuantParams* params) {
+  const Index rb = token_code_bytes(s, d);
+  std::memset(codes, 0, static_cast<std::size_t>(n * rb));
+  for (Index c = 0; c < d; ++c) {
+    const QuantParams p = choose_params(x + c, n, d, s);
+    params[c] = p;
+    for (Index t = 0; t < n; ++t) put_code(codes + t * rb, c, encode(x[t * d + c], p, s), s.bits);
+  }
+}
+
 /// Dequantizes one token's row into out[0, d).
 inline void dequantize_token_row(const std::uint8_t* codes, const QuantParams* params, const QuantSpec& s, Index d,
                                  float* out) {
@@ -116,18 +130,75 @@ inline QuantRowsView quant_view(const std::uint8_t* codes, const QuantParams* pa
 
 /// A row store (KV block view) over consecutive per-token quantized rows.
 struct QuantTokenRows {
-  const std::uint8_t* codes = nullptr;   ///< row t at codes + t * token_code_bytes
-  const QuantParams* params = nullptr;   ///< row t at params + t * token_groups
-  const QuantSpec* spec = nullptr;  ///< the spec the rows were quantized with
-  Index dim = 0;  ///< values per row
+  const std::uint8_t* codes = nullptr;  ///< row t at codes + t * token_code_bytes
+  const QuantParams* params = nullptr;  ///< row t at params + t * token_groups
+  const QuantSpec* spec = nullptr;      ///< how the rows are quantized
+  Index dim = 0;                        ///< elements per row
 
-  QuantRowsView quantized_view() const { return quant_view(codes, params, *spec, std::numeric_limits<Index>::max()); }  ///< All rows, for in-register dequantization.
+  /// The rows for in-register dequantization.
+  QuantRowsView quantized_view() const { return quant_view(codes, params, *spec, std::numeric_limits<Index>::max()); }
 
-  /// Dequantized float rows [first, first + count) into scratch (never in place).
+  /// Rows [first, first + count) decoded into scratch (count rows of `stride`).
   RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool /*allow_in_place*/) const {
     const Index rb = token_code_bytes(*spec, d), groups = token_groups(*spec, d);
     for (Index r = 0; r < count; ++r)
       dequantize_token_row(codes + (first + r) * rb, params + (first + r) * groups, *spec, d, scratch + r * stride);
+    return {scratch, stride};
+  }
+};
+
+/// A row store (KV block view) of rows [0, quantized) quantized (per token, or per channel over
+/// groups of spec->group_size tokens) and rows from `quantized` on in float at
+/// tail + (t - quantized) * dim: the quantized cache's streams (quantized part + full-precision
+/// tail) and the pages of a quantized block pool (a KIVI page's keys before its groups fill).
+struct QuantTailRows {
+  const std::uint8_t* codes = nullptr;  ///< row t's packed codes at codes + t * token_code_bytes
+  const QuantParams* params = nullptr;  ///< per token: row t's groups at t * token_groups; per channel: group j's at j * dim
+  const QuantSpec* spec = nullptr;      ///< how the rows are quantized
+  Index quantized = 0;                  ///< rows stored quantized
+  const float* tail = nullptr;          ///< the float rows from `quantized` on
+
+  /// The quantized rows, for in-register dequantization.
+  QuantRowsView quantized_view() const { return quant_view(codes, params, *spec, quantized); }
+
+  /// Float rows [first, first + count) of `d` values: the tail in place when the whole range is
+  /// in it and allow_in_place, else decoded into scratch (count rows of `stride`).
+  RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool allow_in_place) const {
+    const Index q = quantized;
+    if (first >= q && allow_in_place)  // the whole range is in the tail: read it where it is
+      return {tail + (first - q) * d, d};
+    const QuantSpec& s = *spec;
+    const Index rb = token_code_bytes(s, d), groups = d / s.group_size;  // divisions hoisted out of the row loop
+    std::vector<float> step, zero;  // per-channel parameters of the current token group
+    Index group_end = 0;
+    for (Index r = 0; r < count; ++r) {
+      const Index t = first + r;
+      float* out = scratch + r * stride;
+      if (t >= q) {
+        std::memcpy(out, tail + (t - q) * d, static_cast<std::size_t>(d) * sizeof(float));
+        continue;
+      }
+      if (s.axis == QuantAxis::kPerToken) {
+        dequantize_token_row(codes + t * rb, params + t * groups, s, d, out);
+      } else {
+        detail::codes_to_float(codes + t * rb, d, s.bits, out);
+        if (t >= group_end) {  // decode the group's binary16 parameters once
+          const Index group = t / s.group_size;
+          group_end = (group + 1) * s.group_size;
+          const QuantParams* p = params + group * d;
+          step.resize(static_cast<std::size_t>(d));
+          zero.resize(static_cast<std::size_t>(d));
+          for (Index c = 0; c < d; ++c) {
+            step[c] = to_float(p[c].step);
+            zero[c] = p[c].zero(s);
+          }
+        }
+        std::size_t c = 0;
+        for (; c + simd::kWidth <= static_cast<std::size_t>(d); c += simd::kWidth)
+          simd::store(out + c, simd::fma(simd::load(out + c), simd::load(step.data() + c), simd::load(zero.data() + c)));
+        for (; c < static_cast<std::size_t>(d); ++c) out[c] = out[c] * step[c] + zero[c];
+      }
+    }
     return {scratch, stride};
   }
 };

@@ -35,12 +35,6 @@
 
 namespace inferkit {
 
-/// Quantization of a KV cache: keys and values configured independently.
-struct KvQuantConfig {
-  QuantSpec keys = {};    ///< key stream
-  QuantSpec values = {};  ///< value stream
-};
-
 /// Named presets: int8 (per-token symmetric, group 32), int4 (per-token asymmetric, group 32),
 /// kivi4 / kivi2 (keys per-channel over 32 tokens, values per-token, asymmetric, residual 32).
 /// Per-token groups run along head_dim. Without `head_dim` the specs fit any head_dim: a cache
@@ -105,44 +99,9 @@ struct QuantStreamRows {
 
   /// Float rows [first, first + count): tail rows in place when allowed, otherwise dequantized into scratch.
   RowsF32 load_f32(Index first, Index count, Index d, float* scratch, Index stride, bool allow_in_place) const {
-    const Index q = stream->quantized;
-    if (first >= q && allow_in_place)  // the whole range is in the tail: read it where it is
-      return {stream->tail.data() + (first - q) * d, d};
-    const QuantSpec& s = *spec;
-    const Index rb = row_bytes(), groups = d / s.group_size;  // divisions hoisted out of the row loop
-    std::vector<float> step, zero;  // per-channel parameters of the current token group
-    Index params_group = -1, group_end = 0;
-    for (Index r = 0; r < count; ++r) {
-      const Index t = first + r;
-      float* out = scratch + r * stride;
-      if (t >= q) {
-        std::memcpy(out, stream->tail.data() + (t - q) * d, static_cast<std::size_t>(d) * sizeof(float));
-        continue;
-      }
-      if (s.axis == QuantAxis::kPerToken) {
-        dequantize_token_row(stream->codes.data() + t * rb, stream->params.data() + t * groups, s, d, out);
-      } else {
-        detail::codes_to_float(stream->codes.data() + t * rb, d, s.bits, out);
-        if (t >= group_end) {  // decode the group's binary16 parameters once
-          params_group = t / s.group_size;
-          group_end = (params_group + 1) * s.group_size;
-          const QuantParams* p = stream->params.data() + params_group * d;
-          step.resize(static_cast<std::size_t>(d));
-          zero.resize(static_cast<std::size_t>(d));
-          for (Index c = 0; c < d; ++c) {
-            step[c] = to_float(p[c].step);
-            zero[c] = p[c].zero(s);
-          }
-        }
-        std::size_t c = 0;
-        for (; c + simd::kWidth <= static_cast<std::size_t>(d); c += simd::kWidth)
-          simd::store(out + c, simd::fma(simd::load(out + c), simd::load(step.data() + c), simd::load(zero.data() + c)));
-        for (; c < static_cast<std::size_t>(d); ++c) out[c] = out[c] * step[c] + zero[c];
-      }
-    }
-    return {scratch, stride};
+    return QuantTailRows{stream->codes.data(), stream->params.data(), spec, stream->quantized, stream->tail.data()}
+        .load_f32(first, count, d, scratch, stride, allow_in_place);
   }
-
 };
 
 /// Quantized KV cache (file comment): per layer and KV head, a quantized stream plus a
@@ -276,11 +235,8 @@ class QuantizedKvCache {
       QuantParams* params = s.params.data() + s.params.size() - static_cast<std::size_t>(n * groups);
       for (Index t = 0; t < n; ++t) quantize_token_row(x + t * dim_, spec, dim_, codes + t * rb, params + t * groups);
     } else {
-      for (Index c = 0; c < dim_; ++c) {
-        const QuantParams p = choose_params(x + c, n, dim_, spec);
-        s.params.push_back(p);
-        for (Index t = 0; t < n; ++t) put_code(codes + t * rb, c, encode(x[t * dim_ + c], p, spec), spec.bits);
-      }
+      s.params.resize(s.params.size() + static_cast<std::size_t>(dim_));
+      quantize_channel_group(x, n, spec, dim_, codes, s.params.data() + s.params.size() - static_cast<std::size_t>(dim_));
     }
     s.tail.erase(s.tail.begin(), s.tail.begin() + static_cast<std::ptrdiff_t>(n * dim_));
     s.tail_tokens -= n;
