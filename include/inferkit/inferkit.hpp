@@ -76,3 +76,8 @@
 #include "inferkit/quant/matmul.hpp"
 #include "inferkit/quant/matvec.hpp"
 #include "inferkit/quant/smooth_quant.hpp"
+
+#include "inferkit/moe/capacity.hpp"
+#include "inferkit/moe/dispatch.hpp"
+#include "inferkit/moe/router.hpp"
+#include "inferkit/moe/routing.hpp"
