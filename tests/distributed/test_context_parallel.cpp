@@ -97,8 +97,9 @@ struct Outcome {
   bool same_on_every_rank = false;
 };
 
-/// Runs the context-parallel call with this rank's shard, and both single-process baselines.
-Outcome run(const Case& c, Store store, const std::vector<KvShard>& shards) {
+/// Runs the context-parallel call with this rank's shard, and the single-process baselines (the
+/// fp64 reference only when `reference`).
+Outcome run(const Case& c, Store store, const std::vector<KvShard>& shards, bool reference = true) {
   const Data data(c);
   const auto mine = shards[static_cast<std::size_t>(test::world_rank())];
   const inferkit::Tensor3View<const float> q(data.q.data(), c.tq, c.hq, c.d);
@@ -117,6 +118,7 @@ Outcome run(const Case& c, Store store, const std::vector<KvShard>& shards) {
   with_source(store, c, data, 0, c.tk, [&](const auto& src) {
     auto [ov, lv] = views(o.single);
     inferkit::attention(q, src, ov, lv, c.opt);
+    if (!reference) return;
     auto [orf, lrf] = views(o.reference);
     inferkit::attention_reference(q, src, orf, lrf, c.opt);
   });
@@ -205,21 +207,21 @@ TEST_CASE("context-parallel attention over bf16, int8-quantized and paged shards
 TEST_CASE("context-parallel decode is bitwise equal to split-KV decode when shards are splits", "[distributed][context]") {
   const int n = test::world_size();
   // Explicit split size S: rank r holds [r S, (r + 1) S), the last shards shorter or empty.
-  for (Index split : {128, 384, 512}) {
+  for (Index split : {128, 512}) {
     for (Index tq : {1, 3, 8}) {
       for (Index tk : {split * (n - 1) + 1, split * n - 17, split * (n - 1)}) {
         Case c{.tq = tq, .tk = tk, .hq = 8, .hkv = 2, .d = 64};
         c.opt.kv_split_tokens = split;
         c.opt.alibi = tq == 3;
+        c.opt.window = tq == 8 ? split + 40 : 0;
         c.seed = static_cast<std::uint32_t>(split + tq + tk);
         for (Store s : {Store::kF32, Store::kInt8}) {
           const auto shards = inferkit::contiguous_shards(tk, n, split);
-          const Outcome o = run(c, s, shards);
+          const Outcome o = run(c, s, shards, false);  // the fp64 reference is checked above
           INFO(c.describe() << " store=" << name(s));
           CHECK(o.same_on_every_rank);
           CHECK(o.cp.out == o.single.out);
           CHECK(o.cp.lse == o.single.lse);
-          CHECK(test::max_abs_diff(o.cp.out, o.reference.out) <= 2e-5);
         }
       }
     }
@@ -229,7 +231,7 @@ TEST_CASE("context-parallel decode is bitwise equal to split-KV decode when shar
   {
     Case c{.tq = 1, .tk = 512 * n - 100, .hq = 8, .hkv = 2, .d = 128};
     REQUIRE(inferkit::detail::decode_split_tokens(c.tk, c.hkv, 0) == 512);
-    const Outcome o = run(c, Store::kF32, inferkit::contiguous_shards(c.tk, n, 512));
+    const Outcome o = run(c, Store::kF32, inferkit::contiguous_shards(c.tk, n, 512), false);
     CHECK(o.cp.out == o.single.out);
     CHECK(o.cp.lse == o.single.lse);
   }
