@@ -16,6 +16,8 @@
 //   generate also takes the decoding-rule flags of sampling_flags.hpp: --sampler-order,
 //       --xtc-threshold/-probability, --dry-*, --mirostat 1|2 --mirostat-tau/-eta,
 //       --dynatemp-range/-exp, --top-n-sigma, --epsilon-cutoff, --eta-cutoff, --min-new-tokens, ...
+//   generate also takes --context-parallel [--cp-shard-tokens S] under mpirun (built with MPI):
+//       each rank holds a token range of the KV cache (context_parallel.hpp); rank 0 prints
 //   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
 // Generation starts from BOS = 1 like llama2.c; tokens per second go to stderr.
@@ -24,6 +26,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -38,6 +41,9 @@
 #include "sampling_flags.hpp"
 #include "steering.hpp"
 #include "tokenizer.hpp"
+#ifdef INFERKIT_LLAMA2C_MPI
+#include "context_parallel.hpp"
+#endif
 
 namespace {
 
@@ -185,9 +191,10 @@ int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
                with(with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
-                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer"},
+                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer",
+                "--cp-shard-tokens"},
                llama2c::kSteeringValueFlags), kQuantValueFlags), llama2c::kSamplingValueFlags),
-               with(with({"--print-ids"}, llama2c::kSteeringSwitches), kQuantSwitches));
+               with(with({"--print-ids", "--context-parallel"}, llama2c::kSteeringSwitches), kQuantSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
   auto model = llama2c::Model::load(a.str("--model"));
   apply_quant_flags(a, model);
@@ -212,7 +219,7 @@ int cmd_generate(int argc, char** argv) {
   std::vector<TokenId> out;
   const auto steer = steering_spec(a, tok ? &*tok : nullptr);
   if (steer) {
-    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens"})
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens", "--context-parallel"})
       if (a.has(f)) throw std::invalid_argument(std::string("steering works with plain sampling only, not with ") + f);
   }
   if (a.has("--prompts")) {  // prefix reuse over a file of prompts, one per line
@@ -262,6 +269,21 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "speculative: acceptance %.3f, tokens per target pass %.2f (k = %ld)\n",
                  st.drafted ? double(st.accepted) / double(st.drafted) : 0.0,
                  st.target_passes ? double(out.size()) / double(st.target_passes) : 0.0, static_cast<long>(k));
+  } else if (a.has("--context-parallel")) {
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"})
+      if (a.has(f)) throw std::invalid_argument(std::string("--context-parallel works with plain sampling only, not with ") + f);
+#ifdef INFERKIT_LLAMA2C_MPI
+    int ranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    const Index per = a.integer("--cp-shard-tokens", (model.config().seq_len + ranks - 1) / ranks);
+    if (per < 1 || per > std::numeric_limits<std::int32_t>::max()) throw std::invalid_argument("--cp-shard-tokens must be >= 1");
+    const llama2c::ContextParallelShard shard(MPI_COMM_WORLD, static_cast<std::int32_t>(per));
+    llama2c::CacheOptions copt;
+    copt.shard = &shard;
+    out = llama2c::generate(model, prompt, steps, s, &st, nullptr, copt);
+#else
+    throw std::invalid_argument("--context-parallel needs inferkit-llama2c built with MPI (INFERKIT_WITH_MPI)");
+#endif
   } else {
     out = llama2c::generate(model, prompt, steps, s, &st);
   }
@@ -359,7 +381,34 @@ int cmd_make_random(int argc, char** argv) {
 
 }  // namespace
 
+#ifdef INFERKIT_LLAMA2C_MPI
+// MPI is initialized only for the distributed flags (so the binary runs without mpirun
+// otherwise); every rank but 0 prints nothing on stdout.
+struct MpiSession {
+  bool active = false;
+  MpiSession(int& argc, char**& argv) {
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--context-parallel" || std::string(argv[i]) == "--expert-parallel") active = true;
+    if (!active) return;
+    MPI_Init(&argc, &argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) std::fclose(stdout);
+  }
+  ~MpiSession() {
+    if (active) MPI_Finalize();
+  }
+  // An error on one rank ends the job on every rank (the others may wait in a collective).
+  void abort() const {
+    if (active) MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+};
+#endif
+
 int main(int argc, char** argv) {
+#ifdef INFERKIT_LLAMA2C_MPI
+  MpiSession mpi(argc, argv);
+#endif
   try {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "generate") return cmd_generate(argc, argv);
@@ -369,6 +418,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "inferkit-llama2c: %s\n", e.what());
+#ifdef INFERKIT_LLAMA2C_MPI
+    mpi.abort();
+#endif
     return 1;
   }
 }
