@@ -8,6 +8,8 @@
 // token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, two unused RoPE
 // tables (seq_len * head_size / 2 floats each), and the classifier if unshared. Matrices are
 // row-major (out x in). RoPE: adjacent pairs, base 10000, computed from the position.
+// Mixture-of-experts checkpoints extend this header (moe_model.hpp); Model::load refuses them
+// with an error saying so, Model::load_any reads both.
 
 #include <Eigen/Core>
 
@@ -28,6 +30,8 @@
 #include <inferkit/attention/reference.hpp>
 #include <inferkit/inferkit.hpp>
 
+#include "moe_model.hpp"
+
 namespace llama2c {
 
 using inferkit::Index;
@@ -39,6 +43,9 @@ using VectorMap = Eigen::Map<const Eigen::VectorXf>;
 struct Config {
   int dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, seq_len = 0;
   bool shared_classifier = true;
+  int n_experts = 0, experts_per_token = 0;  // MoE checkpoints (moe_model.hpp); 0 = dense FFN
+  inferkit::RouterScoring router = inferkit::RouterScoring::topk_softmax;  // MoE: default router mode
+  bool moe() const { return n_experts > 0; }
   int head_size() const { return dim / n_heads; }
   int kv_dim() const { return head_size() * n_kv_heads; }
 };
@@ -58,7 +65,12 @@ class ProjectionHook {
 /// The weights, owned in one float buffer; matrices are Eigen maps into it.
 class Model {
  public:
-  static Model load(const std::string& path) {
+  /// Reads a dense legacy checkpoint; an MoE checkpoint is refused (use load_any).
+  static Model load(const std::string& path) { return load_impl(path, false); }
+  /// Reads a dense or an MoE checkpoint (moe_model.hpp's header extension).
+  static Model load_any(const std::string& path) { return load_impl(path, true); }
+
+  static Model load_impl(const std::string& path, bool allow_moe) {
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     if (!f) throw std::invalid_argument("llama2c: cannot open model file '" + path + "'");
     const auto bytes = static_cast<std::size_t>(f.tellg());
@@ -68,9 +80,31 @@ class Model {
     std::int32_t h[7];
     f.read(reinterpret_cast<char*>(h), sizeof(h));
     Config c{h[0], h[1], h[2], h[3], h[4], std::abs(h[5]), h[6], h[5] > 0};
+    std::size_t header = sizeof(h);
+    if (h[1] == kMoeMarker) {
+      if (!allow_moe)
+        throw std::invalid_argument("llama2c: model file '" + path + "' is a mixture-of-experts checkpoint (the MoE header "
+                                    "extension of moe_model.hpp), not a dense llama2.c checkpoint: read it with Model::load_any");
+      std::int32_t x[5] = {};
+      if (bytes < sizeof(h) + sizeof(x))
+        throw std::invalid_argument("llama2c: MoE model file '" + path + "' is truncated: " + std::to_string(bytes) +
+                                    " bytes, no room for the MoE header extension");
+      f.read(reinterpret_cast<char*>(x), sizeof(x));
+      if (x[0] != kMoeVersion)
+        throw std::invalid_argument("llama2c: MoE model file '" + path + "': header extension version = " + std::to_string(x[0]) +
+                                    " is invalid: this reader knows version " + std::to_string(kMoeVersion));
+      if (x[4] < 0 || x[4] > 2)
+        throw std::invalid_argument("llama2c: MoE model file '" + path + "': router mode = " + std::to_string(x[4]) +
+                                    " is invalid: must be 0, 1 or 2");
+      c.hidden_dim = x[1];
+      c.n_experts = x[2];
+      c.experts_per_token = x[3];
+      c.router = static_cast<inferkit::RouterScoring>(x[4]);
+      header += sizeof(x);
+    }
     validate(c, path);
     Model m(c);
-    const std::size_t need = m.data_.size() * sizeof(float) + sizeof(h);
+    const std::size_t need = m.data_.size() * sizeof(float) + header;
     if (bytes < need)
       throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) +
                                   " bytes, the header's shape needs " + std::to_string(need));
@@ -103,9 +137,13 @@ class Model {
   void save(const std::string& path) const {
     std::ofstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot write '" + path + "'");
-    const std::int32_t h[7] = {c_.dim, c_.hidden_dim, c_.n_layers, c_.n_heads, c_.n_kv_heads,
+    const std::int32_t h[7] = {c_.dim, c_.moe() ? kMoeMarker : c_.hidden_dim, c_.n_layers, c_.n_heads, c_.n_kv_heads,
                                c_.shared_classifier ? c_.vocab_size : -c_.vocab_size, c_.seq_len};
     f.write(reinterpret_cast<const char*>(h), sizeof(h));
+    if (c_.moe()) {
+      const std::int32_t x[5] = {kMoeVersion, c_.hidden_dim, c_.n_experts, c_.experts_per_token, static_cast<std::int32_t>(c_.router)};
+      f.write(reinterpret_cast<const char*>(x), sizeof(x));
+    }
     f.write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(data_.size() * sizeof(float)));
   }
 
@@ -124,7 +162,16 @@ class Model {
   MatrixMap w2(int l) const { return MatrixMap(w2_ + static_cast<std::size_t>(l) * c_.dim * c_.hidden_dim, c_.dim, c_.hidden_dim); }
   MatrixMap w3(int l) const { return MatrixMap(w3_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim); }
   MatrixMap wcls() const { return MatrixMap(wcls_, c_.vocab_size, c_.dim); }
+  /// Layer l's router and experts (MoE checkpoints only).
+  MoeLayerView moe_layer(int l) const {
+    const std::size_t E = c_.n_experts, h = c_.hidden_dim, d = c_.dim;
+    return {router_ + l * E * d, w1_ + l * E * h * d, w2_ + l * E * d * h, w3_ + l * E * h * d, c_.n_experts, c_.hidden_dim, c_.dim};
+  }
+  /// The MoE FFN's options, statistics and workspace (MoE checkpoints only).
+  MoeFfn& moe_ffn() const { return *moe_; }
   MatrixMap matrix(Proj p, int l) const {
+    if (c_.moe() && (p == Proj::kW1 || p == Proj::kW2 || p == Proj::kW3))
+      throw std::invalid_argument("llama2c: an MoE model has no dense FFN matrices (w1, w2, w3 are per expert)");
     switch (p) {
       case Proj::kQ: return wq(l);
       case Proj::kK: return wk(l);
@@ -155,7 +202,12 @@ class Model {
   const ProjectionHook* projections() const { return projections_.get(); }
 
  private:
-  explicit Model(Config c) : c_(c), data_(weight_floats(c)) {}
+  explicit Model(Config c) : c_(c), data_(weight_floats(c)) {
+    if (c.moe()) {
+      moe_ = std::make_shared<MoeFfn>();
+      moe_->options.scoring = c.router;
+    }
+  }
 
   static void validate(const Config& c, const std::string& what) {
     const auto bad = [&](const std::string& field, long v, const std::string& rule) {
@@ -169,10 +221,15 @@ class Model {
     if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) bad("n_kv_heads", c.n_kv_heads, "must be > 0 and divide n_heads");
     if (c.vocab_size <= 0) bad("vocab_size", c.vocab_size, "must be non-zero");
     if (c.seq_len <= 0) bad("seq_len", c.seq_len, "must be > 0");
+    if (c.n_experts < 0) bad("n_experts", c.n_experts, "must be >= 0 (0 = dense)");
+    if (c.moe() && (c.experts_per_token < 1 || c.experts_per_token > c.n_experts))
+      bad("experts_per_token", c.experts_per_token, "must be in [1, n_experts = " + std::to_string(c.n_experts) + "]");
   }
   static std::size_t weight_floats(const Config& c) {
     const std::size_t d = c.dim, h = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), v = c.vocab_size;
-    std::size_t n = v * d + L * d + L * d * d + 2 * L * kv * d + L * d * d + L * d + 3 * L * h * d + d +
+    const std::size_t E = c.n_experts;
+    const std::size_t ffn = c.moe() ? L * E * d + 3 * L * E * h * d : 3 * L * h * d;  // MoE: router + experts
+    std::size_t n = v * d + L * d + L * d * d + 2 * L * kv * d + L * d * d + L * d + ffn + d +
                     2 * static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
     if (!c.shared_classifier) n += v * d;
     return n;
@@ -191,9 +248,11 @@ class Model {
     wv_ = take(L * kv * d);
     wo_ = take(L * d * d);
     rms_ffn_ = take(L * d);
-    w1_ = take(L * h * d);
-    w2_ = take(L * d * h);
-    w3_ = take(L * h * d);
+    const std::size_t E = c_.moe() ? static_cast<std::size_t>(c_.n_experts) : 1;
+    if (c_.moe()) router_ = take(L * E * d);
+    w1_ = take(L * E * h * d);
+    w2_ = take(L * E * d * h);
+    w3_ = take(L * E * h * d);
     rms_final_ = take(d);
     take(2 * static_cast<std::size_t>(c_.seq_len) * (c_.head_size() / 2));  // legacy RoPE tables
     wcls_ = c_.shared_classifier ? data_.data() : take(v * d);
@@ -202,8 +261,9 @@ class Model {
   Config c_;
   std::vector<float> data_;
   float *rms_att_ = nullptr, *wq_ = nullptr, *wk_ = nullptr, *wv_ = nullptr, *wo_ = nullptr, *rms_ffn_ = nullptr;
-  float *w1_ = nullptr, *w2_ = nullptr, *w3_ = nullptr, *rms_final_ = nullptr, *wcls_ = nullptr;
+  float *w1_ = nullptr, *w2_ = nullptr, *w3_ = nullptr, *rms_final_ = nullptr, *wcls_ = nullptr, *router_ = nullptr;
   std::shared_ptr<const ProjectionHook> projections_;
+  std::shared_ptr<MoeFfn> moe_;  // shared by copies of the model (the workspace is not copied)
 };
 
 // ---- caches -------------------------------------------------------------------------------
@@ -374,7 +434,8 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
     if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
       throw std::out_of_range("llama2c: token " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +
                               std::to_string(c.vocab_size) + ")");
-  RowMatrix x(n, D), xb(n, D), q(n, D), k(n, kvd), v(n, kvd), att(n, D), h1(n, c.hidden_dim), h3(n, c.hidden_dim);
+  RowMatrix x(n, D), xb(n, D), q(n, D), k(n, kvd), v(n, kvd), att(n, D), h1(c.moe() ? 0 : n, c.hidden_dim),
+      h3(c.moe() ? 0 : n, c.hidden_dim);
   Eigen::RowVectorXf tmp(D);
   for (Index t = 0; t < n; ++t) x.row(t) = Eigen::Map<const Eigen::RowVectorXf>(m.embedding(tokens[t]), D);
   std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
@@ -400,6 +461,7 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
       m.project(Proj::kO, l, att.row(t).data(), tmp.data());
       x.row(t) += tmp;
       rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_ffn(l), D);
+      if (c.moe()) continue;  // the chunk's MoE FFN runs below, all tokens at once
       m.project(Proj::kW1, l, xb.row(t).data(), h1.row(t).data());
       m.project(Proj::kW3, l, xb.row(t).data(), h3.row(t).data());
       for (int i = 0; i < c.hidden_dim; ++i) {
@@ -409,6 +471,7 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
       m.project(Proj::kW2, l, h1.row(t).data(), tmp.data());
       x.row(t) += tmp;
     }
+    if (c.moe()) m.moe_ffn().run(m.moe_layer(l), c.experts_per_token, xb.data(), x.data(), n);
     if (hook && *hook) (*hook)(l, pos, inferkit::MatrixView<float>(x.data(), n, D));
   }
   for (Index t = 0; t < n; ++t) {

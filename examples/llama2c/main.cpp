@@ -4,7 +4,7 @@
 //       [--top-p P] [--min-p M] [--repeat-penalty R] [--repeat-last-n N] [--prompt-ids "1 5 9"]
 //       [--print-ids] [--beams N --length-penalty A --length-penalty-mode hf|gnmt|none]
 //       [--contrastive K --alpha A] [--draft PATH | --draft-layers N] [--draft-k K]
-//   inferkit-llama2c eval --model M --eval-ids FILE [--eval-range A:B]
+//   inferkit-llama2c eval --model M --eval-ids FILE [--eval-range A:B] [--eval-chunk N (tokens per forward)]
 //       [--cache dense|window|sink-window] [--window W] [--sinks N] [--positions original|cache]
 //       [--kv-quant none|int8|int4|kivi4|kivi2] [--kv-quant-k ...] [--kv-quant-v ...]
 //   generate and eval also take [--weights f32|int8|int4] [--act-int8] [--outlier-threshold T]
@@ -16,13 +16,20 @@
 //   generate also takes the decoding-rule flags of sampling_flags.hpp: --sampler-order,
 //       --xtc-threshold/-probability, --dry-*, --mirostat 1|2 --mirostat-tau/-eta,
 //       --dynatemp-range/-exp, --top-n-sigma, --epsilon-cutoff, --eta-cutoff, --min-new-tokens, ...
-//   generate also takes --context-parallel [--cp-shard-tokens S] under mpirun (built with MPI):
-//       each rank holds a token range of the KV cache (context_parallel.hpp); rank 0 prints
+//   generate also takes --context-parallel [--cp-shard-tokens S] and --expert-parallel (MoE
+//       models) under mpirun (built with MPI): each rank holds a token range of the KV cache
+//       (context_parallel.hpp), resp. a range of the experts (expert_parallel.hpp); rank 0 prints
 //   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
+//       [--experts E --experts-per-token K [--router topk-softmax|softmax-topk|sigmoid]]: an MoE
+//       checkpoint (moe_model.hpp's header extension; --hidden is then per expert)
+//   generate and eval on an MoE checkpoint also take [--router MODE] [--capacity-factor F]
+//       [--overflow-policy arrival|priority] [--reroute] [--moe-threads N]; eval prints the drop
+//       rate and load statistics (moe_model.hpp)
 // Generation starts from BOS = 1 like llama2.c; tokens per second go to stderr.
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -43,6 +50,7 @@
 #include "tokenizer.hpp"
 #ifdef INFERKIT_LLAMA2C_MPI
 #include "context_parallel.hpp"
+#include "expert_parallel.hpp"
 #endif
 
 namespace {
@@ -57,7 +65,7 @@ class Args {
     for (int i = first; i < argc; ++i) {
       const std::string a = argv[i];
       if (switches.count(a)) {
-        flags_[a] = "1";
+        flags_[a].assign(1, '1');  // not = "1": GCC 12 -Wrestrict false positive (bug 105329)
       } else if (values.count(a)) {
         if (i + 1 >= argc) throw std::invalid_argument("flag " + a + " needs a value");
         flags_[a] = argv[++i];
@@ -133,6 +141,11 @@ std::optional<inferkit::KvQuantConfig> quant_config(const Args& a, Index head_di
 // --weights / --act-int8 / --outlier-threshold / --smooth / --calib-ids: quantizes the model's
 // projections in place (quant_weights.hpp); returns the bytes they read per token.
 std::size_t apply_quant_flags(const Args& a, llama2c::Model& m) {
+  if (m.config().moe()) {
+    for (const char* f : {"--weights", "--act-int8", "--outlier-threshold", "--smooth", "--calib-ids"})
+      if (a.has(f)) throw std::invalid_argument(std::string(f) + " is not supported for MoE models (the experts stay float)");
+    return 0;
+  }
   llama2c::QuantOptions q;
   const std::string w = a.str("--weights", "f32");
   if (w == "f32") q.weights = llama2c::WeightFormat::kF32;
@@ -155,6 +168,29 @@ std::size_t apply_quant_flags(const Args& a, llama2c::Model& m) {
   return llama2c::quantize_model(m, q);
 }
 const std::vector<std::string> kQuantValueFlags = {"--weights", "--outlier-threshold", "--smooth", "--calib-ids"};
+
+// --router / --capacity-factor / --overflow-policy / --reroute / --moe-threads: how an MoE
+// checkpoint routes (moe_model.hpp); an error on a dense model.
+const std::vector<std::string> kMoeValueFlags = {"--router", "--capacity-factor", "--overflow-policy", "--moe-threads"};
+const std::vector<std::string> kMoeSwitches = {"--reroute"};
+void apply_moe_flags(const Args& a, const llama2c::Model& m) {
+  if (!m.config().moe()) {
+    for (const auto& f : kMoeValueFlags) if (a.has(f)) throw std::invalid_argument(f + " needs an MoE model (make-random --experts)");
+    for (const auto& f : kMoeSwitches) if (a.has(f)) throw std::invalid_argument(f + " needs an MoE model (make-random --experts)");
+    return;
+  }
+  llama2c::MoeOptions& o = m.moe_ffn().options;
+  if (a.has("--router")) o.scoring = llama2c::parse_router_mode(a.str("--router"));
+  o.capacity_factor = a.real("--capacity-factor", 0.0f);
+  if (!std::isfinite(o.capacity_factor)) throw std::invalid_argument("--capacity-factor must be finite");
+  const std::string p = a.str("--overflow-policy", "arrival");
+  if (p == "arrival") o.policy = inferkit::OverflowPolicy::arrival_order;
+  else if (p == "priority") o.policy = inferkit::OverflowPolicy::priority;
+  else throw std::invalid_argument("--overflow-policy = '" + p + "' is invalid: must be arrival or priority");
+  o.reroute = a.has("--reroute");
+  o.threads = static_cast<int>(a.integer("--moe-threads", 0));
+  if (o.threads < 0) throw std::invalid_argument("--moe-threads must be >= 0");
+}
 const std::vector<std::string> kQuantSwitches = {"--act-int8"};
 
 std::set<std::string> with(std::set<std::string> flags, const std::vector<std::string>& more) {
@@ -189,15 +225,16 @@ std::optional<llama2c::SteeringSpec> steering_spec(const Args& a, const llama2c:
 
 int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               with(with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+               with(with(with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
                 "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer",
                 "--cp-shard-tokens"},
-               llama2c::kSteeringValueFlags), kQuantValueFlags), llama2c::kSamplingValueFlags),
-               with(with({"--print-ids", "--context-parallel"}, llama2c::kSteeringSwitches), kQuantSwitches));
+               llama2c::kSteeringValueFlags), kQuantValueFlags), llama2c::kSamplingValueFlags), kMoeValueFlags),
+               with(with(with({"--print-ids", "--context-parallel", "--expert-parallel"}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
-  auto model = llama2c::Model::load(a.str("--model"));
+  auto model = llama2c::Model::load_any(a.str("--model"));
   apply_quant_flags(a, model);
+  apply_moe_flags(a, model);
   const Index steps = a.integer("--steps", 256);
   if (steps < 1) throw std::invalid_argument("--steps must be >= 1");
   llama2c::SamplingConfig s;
@@ -219,9 +256,14 @@ int cmd_generate(int argc, char** argv) {
   std::vector<TokenId> out;
   const auto steer = steering_spec(a, tok ? &*tok : nullptr);
   if (steer) {
-    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens", "--context-parallel"})
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens", "--context-parallel", "--expert-parallel"})
       if (a.has(f)) throw std::invalid_argument(std::string("steering works with plain sampling only, not with ") + f);
   }
+  if (a.has("--context-parallel") || a.has("--expert-parallel")) {
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"})
+      if (a.has(f)) throw std::invalid_argument(std::string("--context-parallel / --expert-parallel work with plain sampling only, not with ") + f);
+  }
+  if (a.has("--cp-shard-tokens") && !a.has("--context-parallel")) throw std::invalid_argument("--cp-shard-tokens needs --context-parallel");
   if (a.has("--prompts")) {  // prefix reuse over a file of prompts, one per line
     std::ifstream f(a.str("--prompts"));
     if (!f) throw std::invalid_argument("cannot open --prompts file '" + a.str("--prompts") + "'");
@@ -261,7 +303,7 @@ int cmd_generate(int argc, char** argv) {
     const Index k = a.integer("--draft-k", 4);
     if (k < 1 || k > 7) throw std::invalid_argument("--draft-k must be in [1, 7]");
     std::optional<llama2c::Model> draft;
-    if (a.has("--draft")) draft = llama2c::Model::load(a.str("--draft"));
+    if (a.has("--draft")) draft = llama2c::Model::load_any(a.str("--draft"));
     const int layers = static_cast<int>(a.integer("--draft-layers", model.config().n_layers));
     if (!draft && (layers < 1 || layers > model.config().n_layers))
       throw std::invalid_argument("--draft-layers must be in [1, " + std::to_string(model.config().n_layers) + "]");
@@ -269,20 +311,28 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "speculative: acceptance %.3f, tokens per target pass %.2f (k = %ld)\n",
                  st.drafted ? double(st.accepted) / double(st.drafted) : 0.0,
                  st.target_passes ? double(out.size()) / double(st.target_passes) : 0.0, static_cast<long>(k));
-  } else if (a.has("--context-parallel")) {
-    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"})
-      if (a.has(f)) throw std::invalid_argument(std::string("--context-parallel works with plain sampling only, not with ") + f);
+  } else if (a.has("--context-parallel") || a.has("--expert-parallel")) {
 #ifdef INFERKIT_LLAMA2C_MPI
     int ranks = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-    const Index per = a.integer("--cp-shard-tokens", (model.config().seq_len + ranks - 1) / ranks);
-    if (per < 1 || per > std::numeric_limits<std::int32_t>::max()) throw std::invalid_argument("--cp-shard-tokens must be >= 1");
-    const llama2c::ContextParallelShard shard(MPI_COMM_WORLD, static_cast<std::int32_t>(per));
     llama2c::CacheOptions copt;
-    copt.shard = &shard;
+    std::optional<llama2c::ContextParallelShard> shard;
+    if (a.has("--context-parallel")) {
+      const Index per = a.integer("--cp-shard-tokens", (model.config().seq_len + ranks - 1) / ranks);
+      if (per < 1 || per > std::numeric_limits<std::int32_t>::max()) throw std::invalid_argument("--cp-shard-tokens must be >= 1");
+      shard.emplace(MPI_COMM_WORLD, static_cast<std::int32_t>(per));
+      copt.shard = &*shard;
+    }
+    std::optional<llama2c::ExpertParallelMoe> experts;
+    if (a.has("--expert-parallel")) {
+      if (!model.config().moe()) throw std::invalid_argument("--expert-parallel needs an MoE model (make-random --experts)");
+      experts.emplace(MPI_COMM_WORLD, model.config().n_experts);
+      model.moe_ffn().parallel = &*experts;
+    }
     out = llama2c::generate(model, prompt, steps, s, &st, nullptr, copt);
+    if (model.config().moe()) model.moe_ffn().parallel = nullptr;
 #else
-    throw std::invalid_argument("--context-parallel needs inferkit-llama2c built with MPI (INFERKIT_WITH_MPI)");
+    throw std::invalid_argument("--context-parallel / --expert-parallel need inferkit-llama2c built with MPI (INFERKIT_WITH_MPI)");
 #endif
   } else {
     out = llama2c::generate(model, prompt, steps, s, &st);
@@ -295,20 +345,22 @@ int cmd_generate(int argc, char** argv) {
     for (TokenId t : out) text += tok->decode(std::exchange(prev, t), t);
     std::printf("%s\n", text.c_str());
   }
+  if (model.config().moe()) std::fprintf(stderr, "%s\n", model.moe_ffn().totals.describe().c_str());
   std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds, double(out.size()) / st.seconds);
   return 0;
 }
 
 int cmd_eval(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               with(with({"--model", "--eval-ids", "--eval-range", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
+               with(with(with({"--model", "--eval-ids", "--eval-range", "--eval-chunk", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
                      "--kv-quant-k", "--kv-quant-v", "--tokenizer"},
-                    llama2c::kSteeringValueFlags), kQuantValueFlags),
-               with(with({}, llama2c::kSteeringSwitches), kQuantSwitches));
+                    llama2c::kSteeringValueFlags), kQuantValueFlags), kMoeValueFlags),
+               with(with(with({}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("eval needs --model PATH");
   if (!a.has("--eval-ids")) throw std::invalid_argument("eval needs --eval-ids FILE");
-  auto model = llama2c::Model::load(a.str("--model"));
+  auto model = llama2c::Model::load_any(a.str("--model"));
   const std::size_t weight_bytes = apply_quant_flags(a, model);
+  apply_moe_flags(a, model);
   std::ifstream f(a.str("--eval-ids"));
   if (!f) throw std::invalid_argument("cannot open --eval-ids file '" + a.str("--eval-ids") + "'");
   std::stringstream text;
@@ -356,14 +408,16 @@ int cmd_eval(int argc, char** argv) {
     return 0;
   }
   if (a.has("--tokenizer")) throw std::invalid_argument("eval reads --tokenizer only for text steering prompts");
-  const auto r = llama2c::evaluate(model, ids, c, first, last);
+  const auto r = llama2c::evaluate(model, ids, c, first, last, a.integer("--eval-chunk", 1));
   std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f weight_bytes %zu\n", ids.size(),
               static_cast<long>(r.count), r.mean_nll, r.ppl(), r.kv_bytes, weight_bytes);
+  if (model.config().moe()) std::printf("%s\n", model.moe_ffn().totals.describe().c_str());
   return 0;
 }
 
 int cmd_make_random(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"--out", "--dim", "--hidden", "--layers", "--heads", "--kv-heads", "--vocab", "--seq-len", "--seed"}, {});
+  const Args a(argc, argv, 2, {"--out", "--dim", "--hidden", "--layers", "--heads", "--kv-heads", "--vocab", "--seq-len", "--seed",
+                               "--experts", "--experts-per-token", "--router"}, {});
   if (!a.has("--out")) throw std::invalid_argument("make-random needs --out PATH");
   llama2c::Config c;
   c.dim = static_cast<int>(a.integer("--dim", 288));
@@ -373,9 +427,18 @@ int cmd_make_random(int argc, char** argv) {
   c.n_kv_heads = static_cast<int>(a.integer("--kv-heads", c.n_heads));
   c.vocab_size = static_cast<int>(a.integer("--vocab", 32000));
   c.seq_len = static_cast<int>(a.integer("--seq-len", 256));
+  if (a.has("--experts") != a.has("--experts-per-token"))
+    throw std::invalid_argument("--experts and --experts-per-token go together");
+  if (a.has("--router") && !a.has("--experts")) throw std::invalid_argument("--router needs --experts");
+  c.n_experts = static_cast<int>(a.integer("--experts", 0));
+  c.experts_per_token = static_cast<int>(a.integer("--experts-per-token", 0));
+  if (a.has("--experts") && c.n_experts < 1) throw std::invalid_argument("--experts must be >= 1");
+  if (a.has("--router")) c.router = llama2c::parse_router_mode(a.str("--router"));
   llama2c::Model::random(c, static_cast<std::uint64_t>(a.integer("--seed", 1))).save(a.str("--out"));
-  std::printf("wrote %s: dim %d hidden %d layers %d heads %d kv_heads %d vocab %d seq_len %d\n", a.str("--out").c_str(),
+  std::printf("wrote %s: dim %d hidden %d layers %d heads %d kv_heads %d vocab %d seq_len %d", a.str("--out").c_str(),
               c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
+  if (c.moe()) std::printf(" experts %d experts_per_token %d router %s", c.n_experts, c.experts_per_token, llama2c::router_mode_name(c.router));
+  std::printf("\n");
   return 0;
 }
 

@@ -320,22 +320,30 @@ struct EvalResult {
 /// as in generation, the current token included in its budget); after token t the logits
 /// predict token t + 1. Averages over predicted positions in [first, last).
 inline EvalResult evaluate(const Model& m, const std::vector<TokenId>& ids, const CacheOptions& copt, Index first,
-                           Index last) {
+                           Index last, Index chunk = 1) {
+  if (chunk < 1) throw std::invalid_argument("llama2c: eval chunk = " + std::to_string(chunk) + " is invalid: must be >= 1");
   Cache cache(m.config(), copt);
   const Index V = m.config().vocab_size;
-  std::vector<float> logits(static_cast<std::size_t>(V));
+  std::vector<float> logits(static_cast<std::size_t>(V * chunk));
   EvalResult r;
   double total = 0;
-  for (std::size_t t = 0; t + 1 < ids.size(); ++t) {
-    forward(m, cache, &ids[t], 1, static_cast<std::int32_t>(t), logits.data());
-    const Index target = static_cast<Index>(t + 1);
-    if (target < first || target >= last) continue;
-    float mx = -INFINITY;
-    for (float x : logits) mx = std::max(mx, x);
-    double z = 0;
-    for (float x : logits) z += std::exp(double(x) - mx);
-    total += -(double(logits[static_cast<std::size_t>(ids[t + 1])]) - mx - std::log(z));
-    ++r.count;
+  // Tokens go through the model `chunk` at a time (1: one-token steps; more: prefill chunks, in
+  // which an MoE model's capacity limits act on the chunk's tokens together).
+  for (std::size_t t0 = 0; t0 + 1 < ids.size(); t0 += static_cast<std::size_t>(chunk)) {
+    const Index n = std::min<Index>(chunk, static_cast<Index>(ids.size() - 1 - t0));
+    forward(m, cache, &ids[t0], n, static_cast<std::int32_t>(t0), logits.data());
+    for (Index i = 0; i < n; ++i) {
+      const std::size_t t = t0 + static_cast<std::size_t>(i);
+      const Index target = static_cast<Index>(t + 1);
+      if (target < first || target >= last) continue;
+      const float* row = logits.data() + i * V;
+      float mx = -INFINITY;
+      for (Index v = 0; v < V; ++v) mx = std::max(mx, row[v]);
+      double z = 0;
+      for (Index v = 0; v < V; ++v) z += std::exp(double(row[v]) - mx);
+      total += -(double(row[ids[t + 1]]) - mx - std::log(z));
+      ++r.count;
+    }
   }
   r.mean_nll = r.count ? total / double(r.count) : 0.0;
   r.kv_bytes = cache.bytes_held(m.config());

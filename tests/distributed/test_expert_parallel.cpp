@@ -11,6 +11,7 @@
 
 #include "distributed/mpi_test_util.hpp"
 #include "inferkit/distributed/expert_parallel.hpp"
+#include "inferkit/moe/capacity.hpp"
 #include "inferkit/moe/dispatch.hpp"
 #include "inferkit/moe/router.hpp"
 #include "moe/moe_test_util.hpp"
@@ -245,4 +246,42 @@ TEST_CASE("expert-parallel errors throw on every rank", "[distributed][expert][e
   CHECK(p.owner(3) == 1);
   CHECK(p.ordered());
   CHECK_FALSE(inferkit::ExpertPlacement({1, 0}, 2).ordered());
+}
+
+TEST_CASE("routing decided globally and sliced per rank gives the single-process result with capacity drops",
+          "[distributed][expert]") {
+  const int n = test::world_size(), rank = test::world_rank();
+  const Layer L(90, 16, 16, 6, 88);
+  const inferkit::RouterOptions ro{.top_k = 2};
+  const auto placement = inferkit::ExpertPlacement::contiguous(6, n);
+  // One process: route all tokens, capacity factor 0.8 (drops), dispatch, experts, combine.
+  inferkit::Routing global;
+  inferkit::route(MatrixView<const float>(L.logits.data(), L.T, L.E), ro, global);
+  inferkit::MoeStats stats;
+  inferkit::apply_capacity(global, {.capacity_factor = 0.8}, &stats);
+  REQUIRE(stats.dropped_assignments > 0);
+  const inferkit::DispatchPlan gplan(global);
+  std::vector<float> rows(static_cast<std::size_t>(gplan.num_rows() * L.D)), eo(static_cast<std::size_t>(gplan.num_rows() * L.Dout));
+  inferkit::dispatch(gplan, MatrixView<const float>(L.x.data(), L.T, L.D), MatrixView<float>(rows.data(), gplan.num_rows(), L.D));
+  for (Index e = 0; e < L.E; ++e)
+    L.expert(e, MatrixView<const float>(rows.data() + gplan.expert_begin(e) * L.D, gplan.expert_rows(e), L.D),
+             MatrixView<float>(eo.data() + gplan.expert_begin(e) * L.Dout, gplan.expert_rows(e), L.Dout));
+  std::vector<float> want(static_cast<std::size_t>(L.T * L.Dout));
+  inferkit::combine(gplan, MatrixView<const float>(eo.data(), gplan.num_rows(), L.Dout), MatrixView<float>(want.data(), L.T, L.Dout));
+  // Each rank: its slice of the global routing through the exchange.
+  const auto first = token_ranges(L.T, n, {0.4, 0.7});
+  const Index t0 = first[static_cast<std::size_t>(rank)], cnt = first[static_cast<std::size_t>(rank) + 1] - t0;
+  inferkit::Routing mine;
+  inferkit::routing_slice(global, t0, cnt, mine);
+  CHECK(mine.num_tokens == cnt);
+  CHECK(mine.token_offsets.front() == 0);
+  const inferkit::DispatchPlan plan(mine);
+  std::vector<float> got(static_cast<std::size_t>(cnt * L.Dout), -7.0f);
+  inferkit::ExpertParallelExchange ex(MPI_COMM_WORLD, placement);
+  ex.run(plan, MatrixView<const float>(L.x.data() + t0 * L.D, cnt, L.D),
+         [&](Index e, MatrixView<const float> in, MatrixView<float> out) { L.expert(e, in, out); },
+         MatrixView<float>(got.data(), cnt, L.Dout));
+  CHECK(moe_test::same_bits(got, std::vector<float>(want.begin() + t0 * L.Dout, want.begin() + (t0 + cnt) * L.Dout)));
+  inferkit::Routing bad;
+  CHECK_THROWS_WITH(inferkit::routing_slice(global, 80, 11, bad), Catch::Contains("first + count = 91 is invalid"));
 }

@@ -87,6 +87,30 @@ class ExpertPlacement {
   bool ordered_ = true;
 };
 
+/// The routing of tokens [first, first + count) of `routing`, renumbered from 0, into `out`
+/// (reused): a rank's share of a routing decided over the whole batch. Routing, and above all
+/// capacity (which tokens compete for an expert), decided once over all tokens and then sliced
+/// gives every rank the slots one process would use, so the expert-parallel result equals the
+/// single-process one bitwise even when capacity drops assignments. mean_probability and
+/// z_loss are copied (they describe the whole batch).
+/// @throws std::invalid_argument when the range is not inside [0, routing.num_tokens].
+inline void routing_slice(const Routing& routing, Index first, Index count, Routing& out) {
+  require(first >= 0 && count >= 0 && first + count <= routing.num_tokens, "first + count", first + count,
+          "must lie in [0, routing.num_tokens = " + std::to_string(routing.num_tokens) + "] with first, count >= 0");
+  out.num_tokens = count;
+  out.num_experts = routing.num_experts;
+  out.top_k = routing.top_k;
+  const Index s0 = routing.token_offsets[static_cast<std::size_t>(first)];
+  const Index s1 = routing.token_offsets[static_cast<std::size_t>(first + count)];
+  out.token_offsets.resize(static_cast<std::size_t>(count) + 1);
+  for (Index t = 0; t <= count; ++t)
+    out.token_offsets[static_cast<std::size_t>(t)] = routing.token_offsets[static_cast<std::size_t>(first + t)] - s0;
+  out.expert_ids.assign(routing.expert_ids.begin() + s0, routing.expert_ids.begin() + s1);
+  out.weights.assign(routing.weights.begin() + s0, routing.weights.begin() + s1);
+  out.mean_probability = routing.mean_probability;
+  out.z_loss = routing.z_loss;
+}
+
 /// Rows moved by the last ExpertParallelExchange::run on this rank.
 struct ExpertExchangeStats {
   Index rows_sent = 0;      ///< dispatch rows sent (to every rank, this one included)
