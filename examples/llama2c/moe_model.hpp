@@ -138,7 +138,7 @@ class MoeFfn {
 
   /// x[t] += MoE(xb[t]) for n tokens (rows of dim floats, contiguous), k experts per token.
   void run(const MoeLayerView& w, int k, const float* xb, float* x, Index n) {
-    const Index E = w.experts, D = w.dim, H = w.hidden;
+    const Index E = w.experts, D = w.dim;
     logits_.resize(n, E);
     logits_.noalias() = ConstMap(xb, n, D) * ConstMap(w.router, E, D).transpose();
     const inferkit::RouterOptions ro{.top_k = k, .scoring = options.scoring,

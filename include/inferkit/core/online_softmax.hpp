@@ -23,9 +23,10 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 /// Running max and running sum of one softmax row; the accumulator lives beside it.
 struct SoftmaxStats {
-  float max = kNegInf;
-  float sum = 0.0f;
+  float max = kNegInf;  ///< largest score seen (-inf when empty)
+  float sum = 0.0f;      ///< sum of exp(score - max) over the scores seen
 
+  /// Whether no score has been seen.
   bool empty() const { return sum == 0.0f; }
   /// Natural-log log-sum-exp of the scores seen; -inf when empty.
   float lse() const { return sum > 0.0f ? max + std::log(sum) : kNegInf; }
