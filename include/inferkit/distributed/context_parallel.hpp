@@ -20,6 +20,8 @@
 // attention() normalizes each split to (o, lse) and folds the splits in order exactly as that
 // merge does (attention.hpp, run_attention).
 
+#include "inferkit/distributed/mpi.hpp"  // first: stops with a clear #error without MPI
+
 #include <algorithm>
 #include <cstdint>
 #include <span>
@@ -34,7 +36,6 @@
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/online_softmax.hpp"
 #include "inferkit/core/view.hpp"
-#include "inferkit/distributed/mpi.hpp"
 
 namespace inferkit {
 

@@ -19,6 +19,8 @@
 // capacity limits are per call, so use dropless routing, or a capacity decided globally, for
 // equality with one process).
 
+#include "inferkit/distributed/mpi.hpp"  // first: stops with a clear #error without MPI
+
 #include <algorithm>
 #include <cstdint>
 #include <exception>
@@ -31,7 +33,6 @@
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/view.hpp"
-#include "inferkit/distributed/mpi.hpp"
 #include "inferkit/moe/dispatch.hpp"
 
 namespace inferkit {
