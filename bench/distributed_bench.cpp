@@ -1,6 +1,6 @@
 // The MPI layer (distributed/), run under mpirun (built only with MPI):
-//   mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np 2 \
-//       build/release/bench/inferkit-bench-distributed
+//   OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np 2
+//       build/release/bench/inferkit-bench-distributed  (one command line)
 // Every rank runs the same benchmarks with the same fixed iteration counts (they are collective);
 // an iteration's time is the slowest rank's (barrier, run, MPI_Allreduce of the elapsed time), and
 // only rank 0 reports.
