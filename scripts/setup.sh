@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(g++ cmake ninja-build libeigen3-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev
-          gnuplot-nox doxygen python3)
+          gnuplot-nox doxygen python3 libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -13,6 +13,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -270,6 +271,21 @@ class Model {
 
 enum class CacheKind { kDense, kWindow, kSinkWindow, kPaged };
 
+/// Context parallelism (context_parallel.hpp, built with MPI): this process stores only the
+/// positions [first(), end()) of the sequence, the other ranks the rest, and attend() runs
+/// inferkit's context-parallel attention over every rank's shard.
+class ShardedAttention {
+ public:
+  virtual ~ShardedAttention() = default;
+  /// First position this process stores.
+  virtual std::int32_t first() const = 0;
+  /// One past the last position it stores.
+  virtual std::int32_t end() const = 0;
+  /// out = attention of q over all ranks' shards; `shard` is this rank's, at global positions.
+  virtual void attend(inferkit::Tensor3View<const float> q, const inferkit::ShiftedKv<inferkit::DenseKv<float>>& shard,
+                      inferkit::Tensor3View<float> out) const = 0;
+};
+
 struct CacheOptions {
   CacheKind kind = CacheKind::kDense;
   Index window = 0, sinks = 0;
@@ -283,6 +299,7 @@ struct CacheOptions {
   // size, so a paged cache's logits equal a dense cache's bit for bit (quantized caches
   // included: a rounding difference upstream would otherwise flip codes downstream).
   bool batch_invariant = false;
+  const ShardedAttention* shard = nullptr;  // kDense float only: keep a token range, attend across ranks
 };
 
 /// A KV quantization config made pageable at `page_size` (BlockPool<QuantizedKv>): no residual
@@ -300,6 +317,8 @@ class Cache {
  public:
   Cache(const Config& c, const CacheOptions& o) : opt_(o) {
     const Index L = c.n_layers, H = c.n_kv_heads, D = c.head_size();
+    if (o.shard && (o.kind != CacheKind::kDense || o.quant || o.naive_attention))
+      throw std::invalid_argument("llama2c: context parallelism needs the dense float cache and inferkit's attention");
     if (o.kind == CacheKind::kPaged) {
       if (o.quant_pool) impl_.emplace<inferkit::BlockTable<inferkit::QuantizedKv>>(*o.quant_pool);
       else if (o.pool) impl_.emplace<inferkit::BlockTable<float>>(*o.pool);
@@ -321,6 +340,18 @@ class Cache {
   }
 
   void append(Index layer, const float* k, const float* v, Index tokens, Index kv_heads, Index head, std::int32_t pos) {
+    if (opt_.shard) {  // keep only this rank's positions
+      const Index lo = std::clamp<Index>(opt_.shard->first() - pos, 0, tokens);
+      const Index hi = std::clamp<Index>(Index{opt_.shard->end()} - pos, lo, tokens);
+      auto& dense = std::get<inferkit::DenseKvCache<float>>(impl_);
+      if (hi > lo && dense.length(layer) != pos + lo - opt_.shard->first())
+        throw std::logic_error("llama2c: a context-parallel shard must receive its positions in order");
+      const Index off = lo * kv_heads * head;
+      if (hi > lo)
+        dense.append(layer, inferkit::Tensor3View<const float>(k + off, hi - lo, kv_heads, head),
+                     inferkit::Tensor3View<const float>(v + off, hi - lo, kv_heads, head));
+      return;
+    }
     const inferkit::Tensor3View<const float> kt(k, tokens, kv_heads, head), vt(v, tokens, kv_heads, head);
     std::visit([&](auto& c) {
       using C = std::decay_t<decltype(c)>;
@@ -348,6 +379,12 @@ class Cache {
   }
 
   void attend(Index layer, const float* q, float* out, Index tokens, Index heads, Index head) const {
+    if (opt_.shard) {
+      const auto& dense = std::get<inferkit::DenseKvCache<float>>(impl_);
+      return opt_.shard->attend(inferkit::Tensor3View<const float>(q, tokens, heads, head),
+                                inferkit::ShiftedKv(dense.source(layer), opt_.shard->first()),
+                                inferkit::Tensor3View<float>(out, tokens, heads, head));
+    }
     std::visit([&](const auto& c) {
       const inferkit::Tensor3View<const float> qv(q, tokens, heads, head);
       const inferkit::Tensor3View<float> ov(out, tokens, heads, head);
@@ -366,6 +403,7 @@ class Cache {
   inferkit::BlockTable<T>& table() { return std::get<inferkit::BlockTable<T>>(impl_); }
 
   void truncate(Index length) {
+    if (opt_.shard) throw std::invalid_argument("llama2c: truncation (speculative decoding) does not work with context parallelism");
     if (auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return d->truncate(length);
     if (auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) return t->truncate(length);
     if (auto* t = std::get_if<inferkit::BlockTable<inferkit::QuantizedKv>>(&impl_)) return t->truncate(length);

@@ -21,6 +21,9 @@
 //   generate also takes the decoding-rule flags of sampling_flags.hpp: --sampler-order,
 //       --xtc-threshold/-probability, --dry-*, --mirostat 1|2 --mirostat-tau/-eta,
 //       --dynatemp-range/-exp, --top-n-sigma, --epsilon-cutoff, --eta-cutoff, --min-new-tokens, ...
+//   generate also takes --context-parallel [--cp-shard-tokens S] and --expert-parallel (MoE
+//       models) under mpirun (built with MPI): each rank holds a token range of the KV cache
+//       (context_parallel.hpp), resp. a range of the experts (expert_parallel.hpp); rank 0 prints
 //   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
 //       [--experts E --experts-per-token K [--router topk-softmax|softmax-topk|sigmoid]]: an MoE
@@ -35,6 +38,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -49,6 +53,10 @@
 #include "sampling_flags.hpp"
 #include "steering.hpp"
 #include "tokenizer.hpp"
+#ifdef INFERKIT_LLAMA2C_MPI
+#include "context_parallel.hpp"
+#include "expert_parallel.hpp"
+#endif
 
 namespace {
 
@@ -233,9 +241,9 @@ int cmd_generate(int argc, char** argv) {
                with(with(with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
                 "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer",
-                "--attn-arith", "--kv-quant", "--kv-quant-k", "--kv-quant-v"},
+                "--attn-arith", "--kv-quant", "--kv-quant-k", "--kv-quant-v", "--cp-shard-tokens"},
                llama2c::kSteeringValueFlags), kQuantValueFlags), llama2c::kSamplingValueFlags), kMoeValueFlags),
-               with(with(with({"--print-ids"}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
+               with(with(with({"--print-ids", "--context-parallel", "--expert-parallel"}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
   const auto arithmetic = attn_arith(a);  // checked before any work
   auto model = llama2c::Model::load_any(a.str("--model"));
@@ -266,11 +274,16 @@ int cmd_generate(int argc, char** argv) {
   std::vector<TokenId> out;
   const auto steer = steering_spec(a, tok ? &*tok : nullptr);
   if (steer) {
-    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens"})
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens", "--context-parallel", "--expert-parallel"})
       if (a.has(f)) throw std::invalid_argument(std::string("steering works with plain sampling only, not with ") + f);
   }
   for (const char* f : {"--kv-quant", "--kv-quant-k", "--kv-quant-v"})
     if (a.has(f) && !a.has("--prompts")) throw std::invalid_argument(std::string("generate reads ") + f + " only with --prompts (the paged cache)");
+  if (a.has("--context-parallel") || a.has("--expert-parallel")) {
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"})
+      if (a.has(f)) throw std::invalid_argument(std::string("--context-parallel / --expert-parallel work with plain sampling only, not with ") + f);
+  }
+  if (a.has("--cp-shard-tokens") && !a.has("--context-parallel")) throw std::invalid_argument("--cp-shard-tokens needs --context-parallel");
   if (a.has("--prompts")) {  // prefix reuse over a file of prompts, one per line
     std::ifstream f(a.str("--prompts"));
     if (!f) throw std::invalid_argument("cannot open --prompts file '" + a.str("--prompts") + "'");
@@ -319,6 +332,29 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "speculative: acceptance %.3f, tokens per target pass %.2f (k = %ld)\n",
                  st.drafted ? double(st.accepted) / double(st.drafted) : 0.0,
                  st.target_passes ? double(out.size()) / double(st.target_passes) : 0.0, static_cast<long>(k));
+  } else if (a.has("--context-parallel") || a.has("--expert-parallel")) {
+#ifdef INFERKIT_LLAMA2C_MPI
+    int ranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    llama2c::CacheOptions copt;
+    std::optional<llama2c::ContextParallelShard> shard;
+    if (a.has("--context-parallel")) {
+      const Index per = a.integer("--cp-shard-tokens", (model.config().seq_len + ranks - 1) / ranks);
+      if (per < 1 || per > std::numeric_limits<std::int32_t>::max()) throw std::invalid_argument("--cp-shard-tokens must be >= 1");
+      shard.emplace(MPI_COMM_WORLD, static_cast<std::int32_t>(per));
+      copt.shard = &*shard;
+    }
+    std::optional<llama2c::ExpertParallelMoe> experts;
+    if (a.has("--expert-parallel")) {
+      if (!model.config().moe()) throw std::invalid_argument("--expert-parallel needs an MoE model (make-random --experts)");
+      experts.emplace(MPI_COMM_WORLD, model.config().n_experts);
+      model.moe_ffn().parallel = &*experts;
+    }
+    out = llama2c::generate(model, prompt, steps, s, &st, nullptr, copt);
+    if (model.config().moe()) model.moe_ffn().parallel = nullptr;
+#else
+    throw std::invalid_argument("--context-parallel / --expert-parallel need inferkit-llama2c built with MPI (INFERKIT_WITH_MPI)");
+#endif
   } else {
     out = llama2c::generate(model, prompt, steps, s, &st);
   }
@@ -450,7 +486,34 @@ int cmd_make_random(int argc, char** argv) {
 
 }  // namespace
 
+#ifdef INFERKIT_LLAMA2C_MPI
+// MPI is initialized only for the distributed flags (so the binary runs without mpirun
+// otherwise); every rank but 0 prints nothing on stdout.
+struct MpiSession {
+  bool active = false;
+  MpiSession(int& argc, char**& argv) {
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--context-parallel" || std::string(argv[i]) == "--expert-parallel") active = true;
+    if (!active) return;
+    MPI_Init(&argc, &argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) std::fclose(stdout);
+  }
+  ~MpiSession() {
+    if (active) MPI_Finalize();
+  }
+  // An error on one rank ends the job on every rank (the others may wait in a collective).
+  void abort() const {
+    if (active) MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+};
+#endif
+
 int main(int argc, char** argv) {
+#ifdef INFERKIT_LLAMA2C_MPI
+  MpiSession mpi(argc, argv);
+#endif
   try {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "generate") return cmd_generate(argc, argv);
@@ -460,6 +523,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "inferkit-llama2c: %s\n", e.what());
+#ifdef INFERKIT_LLAMA2C_MPI
+    mpi.abort();
+#endif
     return 1;
   }
 }

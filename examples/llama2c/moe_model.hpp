@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -111,6 +112,18 @@ struct MoeTotals {
   }
 };
 
+/// Expert parallelism (expert_parallel.hpp, built with MPI): runs dispatch, the experts and
+/// combine across ranks instead of in this process. Every rank calls run() with the same
+/// routing, xb and x (the model runs replicated); afterwards x[t] += MoE(xb[t]) on every rank.
+class ExpertParallelHook {
+ public:
+  /// expert(e, in [rows, dim], out [rows, dim]): expert e's FFN over rows.
+  using ExpertFn = std::function<void(Index, inferkit::MatrixView<const float>, inferkit::MatrixView<float>)>;
+  virtual ~ExpertParallelHook() = default;
+  virtual void run(const inferkit::Routing& routing, const float* xb, float* x, Index n, Index dim, int threads,
+                   const ExpertFn& expert) const = 0;
+};
+
 /// The MoE FFN of one layer call, with its reusable workspace (routing, plan, row buffers).
 /// Not thread-safe: one instance per model, used by one forward at a time.
 class MoeFfn {
@@ -121,10 +134,11 @@ class MoeFfn {
   MoeOptions options;
   MoeTotals totals;
   inferkit::MoeStats last;  ///< statistics of the latest call
+  const ExpertParallelHook* parallel = nullptr;  ///< experts on other ranks (MPI builds); null = here
 
   /// x[t] += MoE(xb[t]) for n tokens (rows of dim floats, contiguous), k experts per token.
   void run(const MoeLayerView& w, int k, const float* xb, float* x, Index n) {
-    const Index E = w.experts, D = w.dim, H = w.hidden;
+    const Index E = w.experts, D = w.dim;
     logits_.resize(n, E);
     logits_.noalias() = ConstMap(xb, n, D) * ConstMap(w.router, E, D).transpose();
     const inferkit::RouterOptions ro{.top_k = k, .scoring = options.scoring,
@@ -135,6 +149,11 @@ class MoeFfn {
     inferkit::apply_capacity(routing_, {.capacity_factor = options.capacity_factor, .policy = options.policy,
                                         .reroute = options.reroute}, lv, ro, &last);
     totals.add(last, n);
+    if (parallel)  // routed (and capacity applied) over the whole chunk, as in one process
+      return parallel->run(routing_, xb, x, n, D, options.threads,
+                           [&](Index e, inferkit::MatrixView<const float> in, inferkit::MatrixView<float> out) {
+                             expert_ffn(w, e, in, out);
+                           });
     plan_.build(routing_);
     const Index N = plan_.num_rows();
     rows_.resize(N, D);
@@ -144,20 +163,29 @@ class MoeFfn {
     for (Index e = 0; e < E; ++e) {  // one matrix-matrix product per expert and projection
       const Index r0 = plan_.expert_begin(e), ne = plan_.expert_rows(e);
       if (ne == 0) continue;
-      const ConstMap w1(w.w1 + e * H * D, H, D), w3(w.w3 + e * H * D, H, D), w2(w.w2 + e * D * H, D, H);
-      h1_.resize(ne, H);
-      h3_.resize(ne, H);
-      h1_.noalias() = rows_.middleRows(r0, ne) * w1.transpose();
-      h3_.noalias() = rows_.middleRows(r0, ne) * w3.transpose();
-      for (Index i = 0; i < ne; ++i)
-        for (Index j = 0; j < H; ++j) {
-          const float a = h1_(i, j);
-          h1_(i, j) = a / (1.0f + std::exp(-a)) * h3_(i, j);  // SwiGLU
-        }
-      out_.middleRows(r0, ne).noalias() = h1_ * w2.transpose();
+      expert_ffn(w, e, inferkit::MatrixView<const float>(rows_.data() + r0 * D, ne, D),
+                 inferkit::MatrixView<float>(out_.data() + r0 * D, ne, D));
     }
     inferkit::combine(plan_, inferkit::MatrixView<const float>(out_.data(), N, D), inferkit::MatrixView<float>(x, n, D),
                       {.accumulate = true, .threads = options.threads});
+  }
+
+  /// out = expert e's SwiGLU FFN of the rows in (contiguous [rows, dim] views): one matrix-matrix
+  /// product per projection.
+  void expert_ffn(const MoeLayerView& w, Index e, inferkit::MatrixView<const float> in, inferkit::MatrixView<float> out) {
+    const Index D = w.dim, H = w.hidden, ne = in.rows();
+    const ConstMap w1(w.w1 + e * H * D, H, D), w3(w.w3 + e * H * D, H, D), w2(w.w2 + e * D * H, D, H);
+    const ConstMap rows(in.data(), ne, D);
+    h1_.resize(ne, H);
+    h3_.resize(ne, H);
+    h1_.noalias() = rows * w1.transpose();
+    h3_.noalias() = rows * w3.transpose();
+    for (Index i = 0; i < ne; ++i)
+      for (Index j = 0; j < H; ++j) {
+        const float a = h1_(i, j);
+        h1_(i, j) = a / (1.0f + std::exp(-a)) * h3_(i, j);  // SwiGLU
+      }
+    Eigen::Map<Rows>(out.data(), ne, D).noalias() = h1_ * w2.transpose();
   }
 
   /// The routing of the latest call (after capacity).

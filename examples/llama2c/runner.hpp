@@ -57,12 +57,13 @@ struct GenerateStats {
 };
 
 /// Feeds BOS and the prompt, then generates `steps` tokens; returns them (prompt excluded). `hook`
-/// (optional) sees and may edit the residual stream after each layer (steering).
+/// (optional) sees and may edit the residual stream after each layer (steering); `cache` sets
+/// the cache (e.g. a context-parallel shard).
 inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>& prompt, Index steps,
                                      const SamplingConfig& s, GenerateStats* stats = nullptr,
-                                     const ResidualHook* hook = nullptr) {
+                                     const ResidualHook* hook = nullptr, const CacheOptions& cache_options = {}) {
   const auto t0 = std::chrono::steady_clock::now();
-  CacheOptions copt;
+  CacheOptions copt = cache_options;
   copt.naive_attention = s.naive;
   copt.arithmetic = s.arithmetic;
   Cache cache(m.config(), copt);

@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header: everything inferkit offers. Each header also stands alone.
+// Umbrella header: everything inferkit offers. Each header also stands alone. The MPI layer
+// (inferkit/distributed/) is not included: it needs MPI and the inferkit::distributed target.
 
 #include "inferkit/version.hpp"
 
@@ -22,6 +23,7 @@
 #include "inferkit/attention/kv_copy.hpp"
 #include "inferkit/attention/options.hpp"
 #include "inferkit/attention/rope.hpp"
+#include "inferkit/attention/shifted_kv.hpp"
 
 #include "inferkit/kv/block_pool.hpp"
 #include "inferkit/kv/block_table.hpp"

@@ -132,3 +132,67 @@ TEST_CASE("merge_attention_states over whole tensors merges every row by its LSE
                                                      Tensor3View<float>(out.data(), T, H, D)),
                     Catch::Contains("lse_a.cols() = 2"));
 }
+
+TEST_CASE("merge_attention_states over n partials equals the fp64 softmax of their union", "[core][online_softmax]") {
+  // n partials of one [T = 1, H = 2, d = 4] batch, each the exact softmax over its own scores; the
+  // merge must give the softmax over all scores. n = 5000 one-key partials checks that the error
+  // does not grow with n (the LSE is not rounded per merge).
+  using inferkit::MatrixView;
+  using inferkit::Tensor3View;
+  const std::size_t D = 4;
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{5000}}) {
+    std::mt19937 rng(static_cast<unsigned>(n));
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<std::vector<float>> o(n, std::vector<float>(2 * D)), l(n, std::vector<float>(2));
+    std::vector<std::vector<float>> scores(2);
+    std::vector<std::vector<std::vector<float>>> values(2);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (int h = 0; h < 2; ++h) {
+        if (h == 1 && i % 3 == 1) {  // some partials see no key of head 1
+          l[i][1] = -INFINITY;
+          continue;
+        }
+        std::vector<float> s{nd(rng), nd(rng)};
+        std::vector<std::vector<float>> v{std::vector<float>(D), std::vector<float>(D)};
+        for (auto& row : v)
+          for (auto& x : row) x = nd(rng);
+        const Reference r = softmax_weighted(s, v, D);  // the partial, rounded to float as attention() returns it
+        for (std::size_t k = 0; k < D; ++k) o[i][h * D + k] = static_cast<float>(r.out[k]);
+        l[i][h] = static_cast<float>(r.lse);
+        scores[h].insert(scores[h].end(), s.begin(), s.end());
+        values[h].insert(values[h].end(), v.begin(), v.end());
+      }
+    }
+    std::vector<Tensor3View<const float>> ov;
+    std::vector<MatrixView<const float>> lv;
+    for (std::size_t i = 0; i < n; ++i) {
+      ov.emplace_back(o[i].data(), 1, 2, D);
+      lv.emplace_back(l[i].data(), 1, 2);
+    }
+    std::vector<float> out(2 * D, -7.0f), lse(2, -7.0f);
+    inferkit::merge_attention_states(ov, lv, Tensor3View<float>(out.data(), 1, 2, D), MatrixView<float>(lse.data(), 1, 2));
+    for (int h = 0; h < 2; ++h) {
+      INFO("n = " << n << ", head " << h);
+      if (scores[h].empty()) {
+        CHECK(lse[h] == -INFINITY);
+        for (std::size_t k = 0; k < D; ++k) CHECK(out[h * D + k] == 0.0f);
+        continue;
+      }
+      const Reference r = softmax_weighted(scores[h], values[h], D);
+      CHECK(lse[h] == Approx(r.lse).margin(4e-6));
+      for (std::size_t k = 0; k < D; ++k) CHECK(out[h * D + k] == Approx(r.out[k]).margin(4e-6));
+    }
+  }
+  std::vector<float> a(8), la(2), out(8);
+  const Tensor3View<const float> av(a.data(), 1, 2, 4);
+  const MatrixView<const float> lv(la.data(), 1, 2), lv1(la.data(), 1, 1);
+  const std::vector<Tensor3View<const float>> os{av, av};
+  const std::vector<MatrixView<const float>> ls{lv, lv1};
+  CHECK_THROWS_WITH(inferkit::merge_attention_states(os, ls, Tensor3View<float>(out.data(), 1, 2, 4)),
+                    Catch::Contains("lse[1].rows() = 1"));
+  CHECK_THROWS_WITH(inferkit::merge_attention_states(os, std::span(ls).first(1), Tensor3View<float>(out.data(), 1, 2, 4)),
+                    Catch::Contains("lse.size() = 1"));
+  la[0] = NAN;
+  CHECK_THROWS_WITH(inferkit::merge_attention_states(std::span(os).first(1), std::span(ls).first(1), Tensor3View<float>(out.data(), 1, 2, 4)),
+                    Catch::Contains("lse = nan"));
+}

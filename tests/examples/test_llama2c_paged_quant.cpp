@@ -89,7 +89,7 @@ TEST_CASE("paged quantized KV: eval NLL equals the dense quantized cache's (rand
   for (Index page : {1, 5, 16}) check_paged_equals_dense(m, ids, page);
 }
 
-TEST_CASE("--prompts with --kv-quant: reused quantized pages give the output of computing them", "[example][llama2c][quantized]") {
+TEST_CASE("generate --prompts with --kv-quant: reused quantized pages give the output of computing them", "[example][llama2c][quantized]") {
   llama2c::Config c;
   c.dim = 64;
   c.hidden_dim = 96;

@@ -160,22 +160,24 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, c
                               part_l.data() + lay.offset + slot0 * Rp, pre.wa.data(), pre.wb.data());
         continue;
       }
+      // Each split is normalized to (o, lse), exactly what attention() over its token range alone
+      // returns, and the splits fold in order as merge_attention_states folds partials: so
+      // merging per-shard attention() results in shard order (distributed/context_parallel.hpp)
+      // reproduces these bits when every shard is one split. The running sum keeps relative
+      // precision and the log is taken once, so many small splits lose nothing.
       for (Index r = 0; r < lay.rows; ++r) {
+        const Index t = r / p.group, h = g * p.group + r % p.group;
+        const std::span<float> out_row(p.out.ptr(t, h), static_cast<std::size_t>(d));
+        std::fill(out_row.begin(), out_row.end(), 0.0f);
         SoftmaxStats total;
-        float* first_o = nullptr;
         for (Index s = 0; s < lay.splits; ++s) {
           const std::size_t slot = static_cast<std::size_t>(g * lay.splits + s);
-          float* o = part_o.data() + o_offset[k] + (slot * Rp + r) * Dp;
+          const std::span<float> o(part_o.data() + o_offset[k] + (slot * Rp + r) * Dp, static_cast<std::size_t>(d));
           const SoftmaxStats st{part_m[lay.offset + slot * Rp + r], part_l[lay.offset + slot * Rp + r]};
-          if (!first_o) {
-            first_o = o;
-            total = st;
-          } else {
-            online_softmax_merge(total, std::span<float>(first_o, d), st, std::span<const float>(o, d));
-          }
+          const float lse_s = online_softmax_finish(st, o, o);
+          online_softmax_merge(total, out_row, attention_state(lse_s), o);
         }
-        const Index t = r / p.group, h = g * p.group + r % p.group;
-        const float lse = online_softmax_finish(total, std::span<const float>(first_o, d), std::span<float>(p.out.ptr(t, h), d));
+        const float lse = online_softmax_finish(total, out_row, out_row);
         if (p.lse.rows() > 0) p.lse(t, h) = lse;
       }
     }

@@ -6,10 +6,12 @@
 // natural-log log-sum-exp is max + log(sum). An empty state is (max = -inf, sum = 0, acc = 0);
 // merging or finishing empty states yields zeros and LSE = -inf, never NaN.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <string>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/simd.hpp"
@@ -21,10 +23,11 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 /// Running max and running sum of one softmax row; the accumulator lives beside it.
 struct SoftmaxStats {
-  float max = kNegInf;  ///< running maximum score (-inf when empty)
-  float sum = 0.0f;  ///< running sum of exp(score - max)
+  float max = kNegInf;  ///< largest score seen (-inf when empty)
+  float sum = 0.0f;      ///< sum of exp(score - max) over the scores seen
 
-  bool empty() const { return sum == 0.0f; }  ///< true when no unmasked score was added
+  /// Whether no score has been seen.
+  bool empty() const { return sum == 0.0f; }
   /// Natural-log log-sum-exp of the scores seen; -inf when empty.
   float lse() const { return sum > 0.0f ? max + std::log(sum) : kNegInf; }
 };
@@ -138,6 +141,57 @@ inline void merge_attention_states(Tensor3View<const float> o_a, MatrixView<cons
                                                std::span<const float>(o_b.ptr(t, h), d), lse_b(t, h),
                                                std::span<float>(out.ptr(t, h), d));
       if (want_lse) lse_out(t, h) = lse;
+    }
+  }
+}
+
+/// The online-softmax state of a normalized partial attention (o, lse): max = lse, sum = 1, so
+/// that with acc = o it stands for the partial's weighted sum (scaled by e^-lse); an empty partial
+/// (lse = -inf) gives the empty state. Folding partials this way keeps the running sum in
+/// relative precision and takes one log at the end (merge_attention_states over many partials).
+/// @throws std::invalid_argument when lse is NaN or +inf.
+inline SoftmaxStats attention_state(float lse) {
+  require(!std::isnan(lse), "lse", lse, "must not be NaN");
+  require(lse != std::numeric_limits<float>::infinity(), "lse", lse, "must not be +inf");
+  return lse == kNegInf ? SoftmaxStats{} : SoftmaxStats{lse, 1.0f};
+}
+
+/// Merges n partial attentions of a batch over disjoint key sets, in the order given (context
+/// parallelism: one partial per rank, in rank order): o[i] are [T, H, d], lse[i] are [T, H]
+/// (natural log). Each row folds the partials' states (attention_state(lse), acc = o) with
+/// online_softmax_merge and finishes once, which is how attention() folds its split-KV pieces,
+/// so per-piece attention() results merged here reproduce attention()'s bits when the pieces
+/// are its splits. Unlike chaining the two-partial overload, whose LSE is rounded at every step,
+/// the error does not grow with n. No partials give zeros and -inf. lse_out may have no rows;
+/// out must not alias any o[i].
+/// @throws std::invalid_argument when shapes disagree (the parameter is named), o.size() !=
+///         lse.size(), or an LSE is NaN or +inf.
+inline void merge_attention_states(std::span<const Tensor3View<const float>> o, std::span<const MatrixView<const float>> lse,
+                                   Tensor3View<float> out, MatrixView<float> lse_out = {}) {
+  require(lse.size() == o.size(), "lse.size()", lse.size(), "must equal o.size() (" + std::to_string(o.size()) + ")");
+  const Index T = out.dim0(), H = out.dim1(), d = out.dim2();
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    const std::string at = "[" + std::to_string(i) + "]";
+    require(o[i].dim0() == T && o[i].dim1() == H && o[i].dim2() == d, "o" + at + ".dim0()", o[i].dim0(),
+            "must match out's shape [" + std::to_string(T) + ", " + std::to_string(H) + ", " + std::to_string(d) + "] in every dimension");
+    require(lse[i].rows() == T && lse[i].cols() == H, "lse" + at + ".rows()", lse[i].rows(),
+            "must match [" + std::to_string(T) + ", " + std::to_string(H) + "] (out's rows and heads)");
+  }
+  const bool want_lse = lse_out.rows() > 0 || lse_out.cols() > 0;
+  if (want_lse) {
+    require(lse_out.rows() == T, "lse_out.rows()", lse_out.rows(), "must equal out.dim0() (" + std::to_string(T) + ")");
+    require(lse_out.cols() == H, "lse_out.cols()", lse_out.cols(), "must equal out.dim1() (" + std::to_string(H) + ")");
+  }
+  const auto n = static_cast<std::size_t>(d);
+  for (Index t = 0; t < T; ++t) {
+    for (Index h = 0; h < H; ++h) {
+      const std::span<float> row(out.ptr(t, h), n);
+      std::fill(row.begin(), row.end(), 0.0f);
+      SoftmaxStats total;
+      for (std::size_t i = 0; i < o.size(); ++i)
+        online_softmax_merge(total, row, attention_state(lse[i](t, h)), std::span<const float>(o[i].ptr(t, h), n));
+      const float l = online_softmax_finish(total, row, row);
+      if (want_lse) lse_out(t, h) = l;
     }
   }
 }
