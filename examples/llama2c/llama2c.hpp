@@ -42,6 +42,20 @@ struct Config {
   int kv_dim() const { return head_size() * n_kv_heads; }
 };
 
+/// The shape of llama2.c's stories15M (dim 288, hidden 768, 6 layers, 6 heads, vocab 32000), the
+/// benchmarks' random model.
+inline Config stories15M_shape(int seq_len = 256) {
+  Config c;
+  c.dim = 288;
+  c.hidden_dim = 768;
+  c.n_layers = 6;
+  c.n_heads = 6;
+  c.n_kv_heads = 6;
+  c.vocab_size = 32000;
+  c.seq_len = seq_len;
+  return c;
+}
+
 /// The model's linear maps: the per-layer projections and the classifier.
 enum class Proj { kQ, kK, kV, kO, kW1, kW2, kW3, kClassifier };
 

@@ -16,12 +16,12 @@
 using llama2c::Index;
 using llama2c::TokenId;
 
-namespace {
+#include "examples/example_util.hpp"
 
-std::string test_model() {
-  const char* p = std::getenv("INFERKIT_TEST_MODEL");
-  return p ? p : "";
-}
+using example_test::run_cli;
+using example_test::test_model;
+
+namespace {
 
 std::vector<TokenId> read_ids(const std::string& path) {
   std::ifstream f(path);
@@ -29,18 +29,6 @@ std::vector<TokenId> read_ids(const std::string& path) {
   TokenId t;
   while (f >> t) ids.push_back(t);
   return ids;
-}
-
-// Runs the CLI and returns (exit status, stdout + stderr).
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
 }
 
 llama2c::Model small_random(int layers, int kv_heads, std::uint64_t seed) {

@@ -19,6 +19,10 @@ using llama2c::Index;
 using llama2c::Proj;
 using llama2c::TokenId;
 
+#include "examples/example_util.hpp"
+
+using example_test::run_cli;
+
 namespace {
 
 llama2c::Model small_model(std::uint64_t seed, bool outlier_channel = false) {
@@ -62,17 +66,6 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
     den += double(b[i]) * b[i];
   }
   return std::sqrt(num / den);
-}
-
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
 }
 
 double field(const std::string& line, const std::string& name) {

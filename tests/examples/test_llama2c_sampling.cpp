@@ -15,6 +15,10 @@
 using Catch::Contains;
 using llama2c::TokenId;
 
+#include "examples/example_util.hpp"
+
+using example_test::run_cli;
+
 namespace {
 
 llama2c::Model tiny_model(std::uint64_t seed) {
@@ -27,17 +31,6 @@ llama2c::Model tiny_model(std::uint64_t seed) {
   c.vocab_size = 300;
   c.seq_len = 96;
   return llama2c::Model::random(c, seed);
-}
-
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
 }
 
 // The line of ids the CLI prints with --print-ids.

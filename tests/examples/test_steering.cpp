@@ -21,6 +21,11 @@
 using llama2c::Index;
 using llama2c::TokenId;
 
+#include "examples/example_util.hpp"
+
+using example_test::run_cli;
+using example_test::test_model;
+
 namespace {
 
 llama2c::Model random_model(std::uint64_t seed) {
@@ -61,22 +66,6 @@ std::vector<float> logits_of(const llama2c::Model& m, const std::vector<TokenId>
       llama2c::forward(m, cache, &seq[static_cast<std::size_t>(t)], 1, static_cast<std::int32_t>(t), out.data() + t * V, -1, nullptr, hook);
   }
   return out;
-}
-
-std::string test_model() {
-  const char* p = std::getenv("INFERKIT_TEST_MODEL");
-  return p ? p : "";
-}
-
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
 }
 
 // The value after `key` on the "steering ..." line of eval's output.

@@ -1,0 +1,33 @@
+#pragma once
+// Helpers of the example tests: the real-checkpoint path and running the llama2c CLI.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+namespace example_test {
+
+/// INFERKIT_TEST_MODEL (a llama2.c checkpoint, e.g. stories260K.bin), or "" when unset.
+inline std::string test_model() {
+  const char* p = std::getenv("INFERKIT_TEST_MODEL");
+  return p ? p : "";
+}
+
+#if defined(INFERKIT_LLAMA2C_BINARY)
+/// Runs the llama2c CLI with `args`; returns (exit status, stdout + stderr).
+inline std::pair<int, std::string> run_cli(const std::string& args) {
+  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+#endif
+
+}  // namespace example_test
