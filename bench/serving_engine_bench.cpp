@@ -5,13 +5,14 @@
 // prompts, outputs 16..256 tokens, sampling at temperature 0.8, top-p 0.95).
 //
 //   serving/sequential   one request at a time through today's runner (llama2c::generate():
-//                        matrix-vector products per token); the first kSequentialRequests
-//                        requests of the workload (the whole trace would take minutes alone)
+//                        matrix-vector products per token, logits of every prompt token); the
+//                        first 16 requests of the workload (the whole trace would take minutes)
 //   serving/static       groups of 16 run to completion (the same loop, ServeOptions::static_batch)
 //   serving/continuous   continuous batching, prefix cache, budget 1024 tokens, 64 sequences
-//   serving/continuous_deterministic   the same in deterministic mode (its cost)
-//   serving/online/{unchunked,chunked}  Poisson arrivals above capacity, same budget: whole
-//                        prefills vs chunks of kChunk tokens; time between tokens p99
+//   serving/continuous/.../deterministic:1   the same in deterministic mode (its cost)
+//   serving/online/{unchunked,chunked}  Poisson arrivals (kOnlineRate requests/s), same budget
+//                        and sequence cap: whole prefills vs chunks of kChunk tokens per request
+//                        per iteration; time between tokens p99 and throughput
 //
 // Every run is one iteration (a whole trace); counters carry the figures. Ratios to the
 // baselines are counters too when the baselines ran first in the same process (the order
@@ -32,7 +33,7 @@ namespace {
 
 using llama2c::Index;
 
-constexpr Index kBudget = 1024, kSequences = 64, kChunk = 64;
+constexpr Index kBudget = 1024, kSequences = 64;
 
 // The trace length and thread count: 256 and 2 (issue 13), or INFERKIT_BENCH_SERVING_REQUESTS /
 // INFERKIT_BENCH_SERVING_THREADS for a shorter run on a loaded machine.
@@ -45,6 +46,13 @@ Index env_or(const char* name, Index def) {
 const Index kRequests = env_or("INFERKIT_BENCH_SERVING_REQUESTS", 256);
 const Index kSequentialRequests = std::min<Index>(env_or("INFERKIT_BENCH_SERVING_SEQUENTIAL", 16), kRequests);
 const int kThreads = static_cast<int>(env_or("INFERKIT_BENCH_SERVING_THREADS", 2));
+// Online runs: Poisson arrivals (requests/s; INFERKIT_BENCH_SERVING_RATE) and the chunk of the
+// chunked run (INFERKIT_BENCH_SERVING_CHUNK).
+const double kOnlineRate = [] {
+  const char* v = std::getenv("INFERKIT_BENCH_SERVING_RATE");
+  return v && std::atof(v) > 0 ? std::atof(v) : 4.0;
+}();
+const Index kChunk = env_or("INFERKIT_BENCH_SERVING_CHUNK", 32);
 // INFERKIT_BENCH_SERVING_CLOCK=cpu: time is the process's CPU time (plus waits for arrivals),
 // a machine of our own for single-threaded runs on a machine shared with other jobs; wall-clock
 // time otherwise.
@@ -74,7 +82,6 @@ llama2c::ServeSummary run(const std::vector<llama2c::TraceRequest>& t, llama2c::
   if (kCpuClock) o.clock = &cpu;
   return llama2c::serve(model(), t, o).summary;
 }
-constexpr double kOnlineRate = 24.0;  // requests/s: above the continuous loop's capacity here
 
 const llama2c::Model& model() {
   static const llama2c::Model m = llama2c::Model::random(llama2c::stories15M_shape(1024), 15);

@@ -30,7 +30,7 @@ threads="${SERVE_SWEEP_THREADS:-2}"
 field() { awk -v k="$1" '{for (i = 1; i < NF; ++i) if ($i == k) print $(i + 1)}'; }
 {
   echo "Synthetic trace: $requests requests at $rate/s (prompts 32..512 tokens, 16 shared system prompts,"
-  echo "outputs 16..256 tokens), budget $budget tokens, $seqs sequences, $threads threads, model \`$model\`."
+  echo "outputs 16..256 tokens), budget $budget tokens, $seqs sequences, threads: $threads, model \`$model\`."
   echo
   echo "| prefill chunk | output tokens/s | TBT p50 (ms) | TBT p99 (ms) | TTFT p50 (ms) | TTFT p99 (ms) | prefill saved | preemptions |"
   echo "|---|---|---|---|---|---|---|---|"
@@ -65,4 +65,4 @@ plot "$dir/serve_sweep.dat" using 0:2:xtic(1) with linespoints pt 7 title "TBT p
      "$dir/serve_sweep.dat" using 0:3 axes x1y2 with linespoints pt 5 dt 2 title "throughput"
 GNUPLOT
 fi
-echo "=== wrote $dir/serve_sweep.md${dir:+ and the plot}"
+echo "=== wrote $dir/serve_sweep.md"; [ -f "$dir/serve_sweep.png" ] && echo "=== wrote $dir/serve_sweep.png"; exit 0
