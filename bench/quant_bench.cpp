@@ -236,15 +236,7 @@ const llama2c::Model& runner_model(llama2c::WeightFormat f, bool act_int8) {
   static std::map<std::pair<int, bool>, std::unique_ptr<llama2c::Model>> models;
   auto& slot = models[{static_cast<int>(f), act_int8}];
   if (!slot) {
-    llama2c::Config c;
-    c.dim = 288;
-    c.hidden_dim = 768;
-    c.n_layers = 6;
-    c.n_heads = 6;
-    c.n_kv_heads = 6;
-    c.vocab_size = 32000;
-    c.seq_len = 256;
-    slot = std::make_unique<llama2c::Model>(llama2c::Model::random(c, 1));
+    slot = std::make_unique<llama2c::Model>(llama2c::Model::random(llama2c::stories15M_shape(), 1));
     llama2c::quantize_model(*slot, {.weights = f, .act_int8 = act_int8});
   }
   return *slot;

@@ -17,17 +17,7 @@
 namespace {
 
 const llama2c::Model& model() {
-  static const llama2c::Model m = [] {
-    llama2c::Config c;
-    c.dim = 288;
-    c.hidden_dim = 768;
-    c.n_layers = 6;
-    c.n_heads = 6;
-    c.n_kv_heads = 6;
-    c.vocab_size = 32000;
-    c.seq_len = 256;
-    return llama2c::Model::random(c, 1);
-  }();
+  static const llama2c::Model m = llama2c::Model::random(llama2c::stories15M_shape(), 1);
   return m;
 }
 

@@ -1,11 +1,12 @@
 #pragma once
-// Running the llama2c CLI from a test: (exit status, stdout + stderr), and numeric fields of its
-// "name value" output lines.
+// Helpers of the example tests: the real-checkpoint path, running the llama2c CLI (exit status,
+// stdout + stderr), and numeric fields of its "name value" output lines.
 
 #include <catch2/catch.hpp>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -14,6 +15,14 @@
 
 namespace cli_test {
 
+/// INFERKIT_TEST_MODEL (a llama2.c checkpoint, e.g. stories260K.bin), or "" when unset.
+inline std::string test_model() {
+  const char* p = std::getenv("INFERKIT_TEST_MODEL");
+  return p ? p : "";
+}
+
+#if defined(INFERKIT_LLAMA2C_BINARY)
+/// Runs the llama2c CLI with `args`; returns (exit status, stdout + stderr).
 inline std::pair<int, std::string> run_cli(const std::string& args) {
   const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
@@ -24,6 +33,7 @@ inline std::pair<int, std::string> run_cli(const std::string& args) {
   const int status = pclose(p);
   return {WEXITSTATUS(status), out};
 }
+#endif
 
 /// The number after the first word `name` of `text`.
 inline double field(const std::string& text, const std::string& name) {

@@ -18,13 +18,9 @@ using llama2c::Index;
 using llama2c::TokenId;
 
 using cli_test::run_cli;
+using cli_test::test_model;
 
 namespace {
-
-std::string test_model() {
-  const char* p = std::getenv("INFERKIT_TEST_MODEL");
-  return p ? p : "";
-}
 
 std::vector<TokenId> read_ids(const std::string& path) {
   std::ifstream f(path);

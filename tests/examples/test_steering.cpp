@@ -23,6 +23,7 @@ using llama2c::Index;
 using llama2c::TokenId;
 
 using cli_test::run_cli;
+using cli_test::test_model;
 
 namespace {
 
@@ -64,11 +65,6 @@ std::vector<float> logits_of(const llama2c::Model& m, const std::vector<TokenId>
       llama2c::forward(m, cache, &seq[static_cast<std::size_t>(t)], 1, static_cast<std::int32_t>(t), out.data() + t * V, -1, nullptr, hook);
   }
   return out;
-}
-
-std::string test_model() {
-  const char* p = std::getenv("INFERKIT_TEST_MODEL");
-  return p ? p : "";
 }
 
 // The value after `key` on the "steering ..." line of eval's output.
