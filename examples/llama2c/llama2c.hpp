@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <istream>
+#include <ostream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -58,8 +60,16 @@ class ProjectionHook {
 class Model {
  public:
   static Model load(const std::string& path) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    std::ifstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot open model file '" + path + "'");
+    return load(f, path);
+  }
+
+  /// Reads a checkpoint from a seekable binary stream (a file, or memory); `name` names it in
+  /// errors. Throws std::invalid_argument for a bad header or a size that does not match it.
+  static Model load(std::istream& f, const std::string& name) {
+    const std::string path = name;
+    f.seekg(0, std::ios::end);
     const auto bytes = static_cast<std::size_t>(f.tellg());
     f.seekg(0);
     if (bytes < 7 * sizeof(std::int32_t))
@@ -102,6 +112,11 @@ class Model {
   void save(const std::string& path) const {
     std::ofstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot write '" + path + "'");
+    save(f);
+  }
+
+  /// Writes the checkpoint (the format load() reads) to a binary stream.
+  void save(std::ostream& f) const {
     const std::int32_t h[7] = {c_.dim, c_.hidden_dim, c_.n_layers, c_.n_heads, c_.n_kv_heads,
                                c_.shared_classifier ? c_.vocab_size : -c_.vocab_size, c_.seq_len};
     f.write(reinterpret_cast<const char*>(h), sizeof(h));

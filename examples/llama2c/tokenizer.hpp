@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <istream>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -23,6 +25,13 @@ class Tokenizer {
   static Tokenizer load(const std::string& path, int vocab_size) {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot open tokenizer file '" + path + "'");
+    return load(f, vocab_size, path);
+  }
+
+  /// Reads `vocab_size` tokens from a binary stream (a file, or memory); `name` names it in
+  /// errors. Throws std::invalid_argument for a truncated or corrupt stream.
+  static Tokenizer load(std::istream& f, int vocab_size, const std::string& name) {
+    const std::string& path = name;
     Tokenizer t;
     std::int32_t max_len = 0;
     if (!f.read(reinterpret_cast<char*>(&max_len), sizeof(max_len)))
@@ -44,6 +53,10 @@ class Tokenizer {
   /// Writes a tokenizer file (for tests and synthetic models).
   static void save(const std::string& path, const std::vector<std::string>& pieces, const std::vector<float>& scores) {
     std::ofstream f(path, std::ios::binary);
+    save(f, pieces, scores);
+  }
+  /// Writes a tokenizer (the format load() reads) to a binary stream.
+  static void save(std::ostream& f, const std::vector<std::string>& pieces, const std::vector<float>& scores) {
     std::int32_t max_len = 0;
     for (const auto& p : pieces) max_len = std::max<std::int32_t>(max_len, static_cast<std::int32_t>(p.size()));
     f.write(reinterpret_cast<const char*>(&max_len), sizeof(max_len));
