@@ -70,6 +70,8 @@ class Tokenizer {
 
   int vocab_size() const { return static_cast<int>(pieces_.size()); }
 
+  /// Token ids of `text`. Throws std::invalid_argument for a byte that neither a token nor a
+  /// byte-fallback token (id byte + 3) of this vocabulary covers.
   std::vector<inferkit::TokenId> encode(const std::string& text) const {
     std::vector<inferkit::TokenId> ids;
     if (text.empty()) return ids;
@@ -85,7 +87,14 @@ class Tokenizer {
       if (id >= 0) {
         ids.push_back(id);
       } else {
-        for (std::size_t b = 0; b < n; ++b) ids.push_back(static_cast<unsigned char>(text[i + b]) + 3);  // <0xXX>
+        for (std::size_t b = 0; b < n; ++b) {  // <0xXX> = id byte + 3, when the vocabulary has byte tokens
+          const int byte = static_cast<unsigned char>(text[i + b]);
+          if (byte + 3 >= vocab_size())
+            throw std::invalid_argument("llama2c: text byte " + std::to_string(byte) + " at offset " + std::to_string(i + b) +
+                                        " has no token: the vocabulary (" + std::to_string(vocab_size()) +
+                                        " tokens) has no byte-fallback token <0x..> at id " + std::to_string(byte + 3));
+          ids.push_back(byte + 3);
+        }
       }
       i += n;
     }
