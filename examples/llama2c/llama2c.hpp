@@ -18,6 +18,7 @@
 #include <istream>
 #include <ostream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -76,8 +77,19 @@ class Model {
       throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) + " bytes, no header");
     std::int32_t h[7];
     f.read(reinterpret_cast<char*>(h), sizeof(h));
+    if (h[5] == std::numeric_limits<std::int32_t>::min())  // a negative vocab_size flags an unshared classifier
+      throw std::invalid_argument("llama2c: " + path + ": vocab_size = " + std::to_string(h[5]) + " is invalid: |vocab_size| must be < 2^31");
     Config c{h[0], h[1], h[2], h[3], h[4], std::abs(h[5]), h[6], h[5] > 0};
     validate(c, path);
+    // Compare the header's size with the file's before allocating: a corrupt header may ask for
+    // more memory than exists (or than size_t counts), and the file cannot hold it anyway.
+    const double approx = weight_floats_approx(c) * sizeof(float) + sizeof(h);
+    if (approx > static_cast<double>(bytes) * (1.0 + 1e-9) + 64.0) {
+      char need[32];
+      std::snprintf(need, sizeof(need), "%.6g", approx);
+      throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) +
+                                  " bytes, the header's shape needs " + need);
+    }
     Model m(c);
     const std::size_t need = m.data_.size() * sizeof(float) + sizeof(h);
     if (bytes < need)
@@ -183,6 +195,12 @@ class Model {
     if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) bad("n_kv_heads", c.n_kv_heads, "must be > 0 and divide n_heads");
     if (c.vocab_size <= 0) bad("vocab_size", c.vocab_size, "must be non-zero");
     if (c.seq_len <= 0) bad("seq_len", c.seq_len, "must be > 0");
+  }
+  // weight_floats() in double: never overflows (the shape may come from a corrupt header).
+  static double weight_floats_approx(const Config& c) {
+    const double d = c.dim, h = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), v = c.vocab_size;
+    return v * d * (c.shared_classifier ? 1 : 2) + L * d + L * d * d + 2 * L * kv * d + L * d * d + L * d + 3 * L * h * d + d +
+           2.0 * c.seq_len * (c.head_size() / 2);
   }
   static std::size_t weight_floats(const Config& c) {
     const std::size_t d = c.dim, h = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), v = c.vocab_size;
