@@ -4,6 +4,7 @@
 // request with its own seed. Deterministic for a given config; an endless source of requests so
 // steady-state benchmarks can replace every finished request by a new one.
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -18,6 +19,7 @@ struct ServingWorkloadConfig {
   Index output_min = 16, output_max = 256;    ///< max_new_tokens, uniform
   int shared_prefixes = 16;                   ///< system prompts (each prompt_max tokens long)
   double shared_fraction = 0.5;               ///< leading fraction of a prompt taken from its system prompt
+  Index prefix_tokens = 0;                    ///< > 0: leading tokens taken from the system prompt instead (clipped to the prompt)
   int vocab = 32000;
   unsigned seed = 1;
 };
@@ -27,7 +29,7 @@ class ServingWorkload {
  public:
   explicit ServingWorkload(ServingWorkloadConfig c = {}) : c_(c), rng_(c.seed) {
     for (int s = 0; s < c_.shared_prefixes; ++s) {
-      std::vector<TokenId> p(static_cast<std::size_t>(c_.prompt_max));
+      std::vector<TokenId> p(static_cast<std::size_t>(std::max(c_.prompt_max, c_.prefix_tokens)));
       for (auto& t : p) t = token();
       systems_.push_back(std::move(p));
     }
@@ -38,7 +40,9 @@ class ServingWorkload {
   RequestParams next() {
     RequestParams p;
     const Index len = uniform(c_.prompt_min, c_.prompt_max);
-    const Index shared = c_.shared_prefixes > 0 ? static_cast<Index>(static_cast<double>(len) * c_.shared_fraction) : 0;
+    const Index shared = c_.shared_prefixes <= 0 ? 0
+                         : c_.prefix_tokens > 0  ? std::min(len, c_.prefix_tokens)
+                                                 : static_cast<Index>(static_cast<double>(len) * c_.shared_fraction);
     if (shared > 0) {
       const auto& sys = systems_[static_cast<std::size_t>(uniform(0, c_.shared_prefixes - 1))];
       p.prompt.assign(sys.begin(), sys.begin() + shared);

@@ -352,6 +352,14 @@ inline void rmsnorm(float* out, const float* x, const VectorMap& w, int n) {
   for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
 }
 
+/// SwiGLU in place: h1[i] = silu(h1[i]) * h3[i] over one row of n hidden units.
+inline void swiglu(float* h1, const float* h3, int n) {
+  for (int i = 0; i < n; ++i) {
+    const float a = h1[i];
+    h1[i] = a / (1.0f + std::exp(-a)) * h3[i];
+  }
+}
+
 /// Called after each layer with the residual stream of the chunk (row t at position
 /// first_position + t): it may read the rows (capture hidden states) or edit them (steering).
 using ResidualHook = std::function<void(int layer, std::int32_t first_position, inferkit::MatrixView<float> residual)>;
@@ -397,10 +405,7 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
       rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_ffn(l), D);
       m.project(Proj::kW1, l, xb.row(t).data(), h1.row(t).data());
       m.project(Proj::kW3, l, xb.row(t).data(), h3.row(t).data());
-      for (int i = 0; i < c.hidden_dim; ++i) {
-        const float a = h1(t, i);
-        h1(t, i) = a / (1.0f + std::exp(-a)) * h3(t, i);  // SwiGLU
-      }
+      swiglu(h1.row(t).data(), h3.row(t).data(), c.hidden_dim);
       m.project(Proj::kW2, l, h1.row(t).data(), tmp.data());
       x.row(t) += tmp;
     }

@@ -16,6 +16,13 @@
 //   generate also takes the decoding-rule flags of sampling_flags.hpp: --sampler-order,
 //       --xtc-threshold/-probability, --dry-*, --mirostat 1|2 --mirostat-tau/-eta,
 //       --dynatemp-range/-exp, --top-n-sigma, --epsilon-cutoff, --eta-cutoff, --min-new-tokens, ...
+//   inferkit-llama2c serve --model M (--trace FILE [--tokenizer T] | --synthetic N [--rate R]
+//       [--shared-prefixes S] [--prefix-len L] [--prompt-len A:B] [--output-len A:B]
+//       [--workload-seed S] [--temperature T] [--top-k K] [--top-p P])
+//       [--max-batched-tokens B] [--max-seqs S] [--chunk C|none] [--page-size P] [--kv-blocks N]
+//       [--policy fcfs|lpm] [--deterministic] [--no-prefix-cache] [--static-batch N]
+//       [--threads T] [--virtual-time MS] [--out FILE]; see serve.hpp and trace.hpp. Writes one
+//       JSON line per request (output ids, timings) to --out or stdout, the summary to stderr.
 //   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
 // Generation starts from BOS = 1 like llama2.c; tokens per second go to stderr.
@@ -30,12 +37,14 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "quant_weights.hpp"
 #include "runner.hpp"
 #include "sampling_flags.hpp"
+#include "serve.hpp"
 #include "steering.hpp"
 #include "tokenizer.hpp"
 
@@ -340,6 +349,99 @@ int cmd_eval(int argc, char** argv) {
   return 0;
 }
 
+// "A:B" with integers A <= B.
+std::pair<Index, Index> int_range(const Args& a, const std::string& flag, std::pair<Index, Index> def) {
+  if (!a.has(flag)) return def;
+  const std::string r = a.str(flag);
+  const auto colon = r.find(':');
+  try {
+    if (colon != std::string::npos) {
+      std::size_t u1 = 0, u2 = 0;
+      const std::string lo = r.substr(0, colon), hi = r.substr(colon + 1);
+      const long x = std::stol(lo, &u1), y = std::stol(hi, &u2);
+      if (u1 == lo.size() && u2 == hi.size() && x >= 1 && x <= y) return {x, y};
+    }
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument(flag + " = '" + r + "' is invalid: must be A:B with integers 1 <= A <= B");
+}
+
+int cmd_serve(int argc, char** argv) {
+  const Args a(argc, argv, 2,
+               {"--model", "--trace", "--tokenizer", "--synthetic", "--rate", "--shared-prefixes", "--prefix-len",
+                "--prompt-len", "--output-len", "--workload-seed", "--temperature", "--top-k", "--top-p",
+                "--max-batched-tokens", "--max-seqs", "--chunk", "--page-size", "--kv-blocks", "--policy",
+                "--static-batch", "--threads", "--virtual-time", "--out"},
+               {"--deterministic", "--no-prefix-cache"});
+  if (!a.has("--model")) throw std::invalid_argument("serve needs --model PATH");
+  if (a.has("--trace") == a.has("--synthetic")) throw std::invalid_argument("serve needs one of --trace FILE or --synthetic N");
+  const auto model = llama2c::Model::load(a.str("--model"));
+  const int vocab = model.config().vocab_size;
+  std::vector<llama2c::TraceRequest> trace;
+  if (a.has("--trace")) {
+    for (const char* f : {"--rate", "--shared-prefixes", "--prefix-len", "--prompt-len", "--output-len", "--workload-seed",
+                          "--temperature", "--top-k", "--top-p"})
+      if (a.has(f)) throw std::invalid_argument(std::string(f) + " applies to --synthetic only (a trace gives each request's values)");
+    std::optional<llama2c::Tokenizer> tok;
+    if (a.has("--tokenizer")) tok = llama2c::Tokenizer::load(a.str("--tokenizer"), vocab);
+    std::ifstream f(a.str("--trace"));
+    if (!f) throw std::invalid_argument("cannot open --trace file '" + a.str("--trace") + "'");
+    trace = llama2c::parse_trace(f, {.vocab_size = vocab, .tokenizer = tok ? &*tok : nullptr});
+  } else {
+    if (a.has("--tokenizer")) throw std::invalid_argument("--tokenizer applies to --trace text prompts only");
+    inferkit::bench::ServingWorkloadConfig w;
+    std::tie(w.prompt_min, w.prompt_max) = int_range(a, "--prompt-len", {32, 512});
+    std::tie(w.output_min, w.output_max) = int_range(a, "--output-len", {16, 256});
+    w.shared_prefixes = static_cast<int>(a.integer("--shared-prefixes", 16));
+    if (w.shared_prefixes < 0) throw std::invalid_argument("--shared-prefixes must be >= 0");
+    w.prefix_tokens = a.integer("--prefix-len", 0);
+    if (w.prefix_tokens < 0) throw std::invalid_argument("--prefix-len must be >= 0 (0: half of each prompt)");
+    w.vocab = vocab;
+    w.seed = static_cast<unsigned>(a.integer("--workload-seed", 1));
+    llama2c::SamplingConfig s;
+    s.params.temperature = a.real("--temperature", 1.0f);
+    s.params.top_k = a.integer("--top-k", 0);
+    s.params.top_p = a.real("--top-p", 1.0f);
+    llama2c::make_chain(s);
+    trace = llama2c::synthetic_trace(a.integer("--synthetic", 0), a.real("--rate", 0.0f), w, s);
+  }
+  llama2c::ServeOptions o;
+  o.scheduler.max_batched_tokens = a.integer("--max-batched-tokens", 512);
+  o.scheduler.max_sequences = a.integer("--max-seqs", 64);
+  const std::string chunk = a.str("--chunk", "0");
+  if (chunk == "none") o.scheduler.chunked_prefill = false;
+  else o.scheduler.max_prefill_chunk = a.integer("--chunk", 0);
+  const std::string policy = a.str("--policy", "fcfs");
+  if (policy == "fcfs") o.scheduler.policy = inferkit::SchedulingPolicy::kFcfs;
+  else if (policy == "lpm") o.scheduler.policy = inferkit::SchedulingPolicy::kLongestPrefixMatch;
+  else throw std::invalid_argument("--policy = '" + policy + "' is invalid: must be fcfs or lpm");
+  o.page_size = a.integer("--page-size", 16);
+  o.kv_blocks = a.integer("--kv-blocks", 0);
+  o.prefix_cache = !a.has("--no-prefix-cache");
+  o.deterministic = a.has("--deterministic");
+  o.static_batch = a.integer("--static-batch", 0);
+  o.threads = static_cast<int>(a.integer("--threads", 0));
+  if (o.threads < 0) throw std::invalid_argument("--threads must be >= 0 (0: OpenMP's default)");
+  if (o.threads > 0) Eigen::setNbThreads(o.threads);  // the default mode's matmuls
+  o.fingerprint = a.str("--model");
+  std::optional<llama2c::IterationClock> virtual_clock;
+  if (a.has("--virtual-time")) {
+    const float ms = a.real("--virtual-time", 1.0f);
+    if (!(ms > 0)) throw std::invalid_argument("--virtual-time must be > 0 (ms per iteration)");
+    o.clock = &virtual_clock.emplace(ms);
+  }
+  const auto rep = llama2c::serve(model, trace, o);
+  if (a.has("--out")) {
+    std::ofstream f(a.str("--out"));
+    if (!f) throw std::invalid_argument("cannot write --out file '" + a.str("--out") + "'");
+    llama2c::write_results(f, rep);
+  } else {
+    llama2c::write_results(std::cout, rep);
+  }
+  std::fprintf(stderr, "%s\n", llama2c::summary_line(rep.summary).c_str());
+  return 0;
+}
+
 int cmd_make_random(int argc, char** argv) {
   const Args a(argc, argv, 2, {"--out", "--dim", "--hidden", "--layers", "--heads", "--kv-heads", "--vocab", "--seq-len", "--seed"}, {});
   if (!a.has("--out")) throw std::invalid_argument("make-random needs --out PATH");
@@ -365,7 +467,8 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return cmd_generate(argc, argv);
     if (cmd == "eval") return cmd_eval(argc, argv);
     if (cmd == "make-random") return cmd_make_random(argc, argv);
-    std::fprintf(stderr, "usage: inferkit-llama2c generate|eval|make-random [flags] (see the comment atop main.cpp)\n");
+    if (cmd == "serve") return cmd_serve(argc, argv);
+    std::fprintf(stderr, "usage: inferkit-llama2c generate|eval|serve|make-random [flags] (see the comment atop main.cpp)\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "inferkit-llama2c: %s\n", e.what());
