@@ -96,7 +96,8 @@ inline QuantParams params_for_range(float lo, float hi, float amax, const QuantS
   return p;
 }
 
-/// Running range of a group: its values must be finite (std::invalid_argument otherwise).
+namespace detail {
+// Running range of a group: its values must be finite (std::invalid_argument otherwise).
 struct GroupRange {
   float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity(), amax = 0.0f;
   void add(float v) {
@@ -107,10 +108,11 @@ struct GroupRange {
   }
   QuantParams params(const QuantSpec& s) const { return params_for_range(lo, hi, amax, s); }
 };
+}  // namespace detail
 
 /// Chooses the stored parameters for a group of values (read with a stride).
 inline QuantParams choose_params(const float* x, Index n, Index stride, const QuantSpec& s) {
-  GroupRange r;
+  detail::GroupRange r;
   for (Index i = 0; i < n; ++i) r.add(x[i * stride]);
   return r.params(s);
 }

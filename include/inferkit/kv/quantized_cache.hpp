@@ -229,10 +229,10 @@ class QuantizedKvCache {
     }
     const Index len = s.quantized + s.tail_tokens, group = spec.group_size;
     for (Index c = 0; c < dim_; ++c) {
-      GroupRange r;
+      detail::GroupRange r;
       for (Index m = std::max(s.quantized, (len / group) * group); m < len; ++m) r.add(s.tail[static_cast<std::size_t>((m - s.quantized) * dim_ + c)]);
       for (Index t = 0; t < x.dim0(); ++t) {
-        if ((len + t) % group == 0) r = GroupRange{};
+        if ((len + t) % group == 0) r = detail::GroupRange{};
         r.add(x.ptr(t, h)[c]);
         (void)r.params(spec);
       }
