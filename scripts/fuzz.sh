@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 target=${1:-all}
 seconds=${2:-20}
-all_targets=(fuzz_llama2c fuzz_quant_codec fuzz_sampler_chain fuzz_speculative fuzz_prefix_trie fuzz_attention_options)
+all_targets=(fuzz_llama2c fuzz_quant_codec fuzz_sampler_chain fuzz_speculative fuzz_prefix_trie fuzz_attention_options fuzz_trace)
 if [ "$target" = all ]; then
   targets=("${all_targets[@]}")
 else
@@ -28,7 +28,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$artifacts"
   log=build/fuzz/$t.log
   set +e
-  "${nice_cmd[@]}" build/fuzz/tests/fuzz/"$t" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
+  "${nice_cmd[@]}" build/fuzz/tests/fuzz/"$t" -max_total_time="$seconds" -max_len=4096 -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "$corpus" tests/fuzz/corpus/"$t" >"$log" 2>&1
   rc=$?
   set -e
