@@ -7,8 +7,8 @@
 // alone; no block leaks (the pool drains to empty); memory stays bounded (live requests, trie
 // bookkeeping, and, outside sanitizer builds, the process's resident memory).
 //
-// Iterations: 100,000 by default, 20,000 in AddressSanitizer builds (about 10x slower);
-// INFERKIT_SOAK_ITERATIONS=<n> overrides either.
+// Iterations: 100,000 (about 0.4 s of CPU in release, 2 s under AddressSanitizer);
+// INFERKIT_SOAK_ITERATIONS=<n> overrides it (e.g. fewer under a slower sanitizer).
 
 #include <catch2/catch.hpp>
 
@@ -27,6 +27,7 @@ using inferkit::TokenId;
 
 namespace {
 
+// Sanitizer builds keep freed memory in quarantine: their RSS says nothing about leaks.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
 #elif defined(__has_feature)
@@ -41,7 +42,7 @@ constexpr bool kSanitized = false;
 
 int soak_iterations() {
   if (const char* e = std::getenv("INFERKIT_SOAK_ITERATIONS")) return std::atoi(e);
-  return kSanitized ? 20000 : 100000;
+  return 100000;
 }
 
 // Resident set size in KiB (Linux), or 0 when unknown.
