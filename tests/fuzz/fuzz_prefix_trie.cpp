@@ -251,6 +251,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           FUZZ_CHECK(!fuzz::ok([&] { s->table->share_page(static_cast<Index>(s->tokens.size()) / page, 0); }));
           const float x[2] = {1.0f, 2.0f};
           FUZZ_CHECK(!fuzz::ok([&] { s->table->write(0, {x, 1, 1, 2}, {x, 1, 1, 2}); }));  // wrong head_dim
+          FUZZ_CHECK(!fuzz::ok([&] { s->table->write(in.ConsumeBool() ? 1 : -1, {x, 1, 1, 1}, {x, 1, 1, 1}); }));  // no such layer
           FUZZ_CHECK(!fuzz::ok([&] { s->table->commit(-1); }));
           FUZZ_CHECK(!fuzz::ok([&] { (void)s->table->source(1); }));
           Trie::Handle h;
