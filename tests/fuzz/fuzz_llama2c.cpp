@@ -2,8 +2,10 @@
 // tokenizer.bin reader (Tokenizer::load), then encode() / decode() on what loaded.
 // Invariants: a checkpoint that loads saves back to the same bytes; every id encode() returns
 // is in the vocabulary; decode() of an id in range does not throw.
-// Input: byte 0 selects the reader (even: checkpoint, odd: tokenizer); for the tokenizer, bytes
-// 1-2 give the vocabulary size (0..1023), then a length-prefixed text to encode, then the file.
+// Input: byte 0 selects the reader (even: checkpoint, odd: tokenizer). A checkpoint is the rest
+// of the input; for the tokenizer the rest goes through FuzzedDataProvider: the vocabulary size
+// (0..1023, from the last two bytes), a text to encode (from the front, ended by a backslash and
+// one more byte), then the file (make_llama2c_seeds.py writes seeds in this layout).
 
 #include <sstream>
 #include <string>
