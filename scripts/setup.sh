@@ -4,7 +4,14 @@
 set -euo pipefail
 
 packages=(g++ cmake ninja-build libeigen3-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev
-          gnuplot-nox doxygen python3 libopenmpi-dev openmpi-bin)
+          gnuplot-nox doxygen python3
+          # distributed/ (optional): Open MPI
+          libopenmpi-dev openmpi-bin
+          # fuzz preset: clang-15 with libFuzzer (the fuzz targets build with OpenMP off)
+          clang-15 libfuzzer-15-dev
+          # tsan preset: clang-14 with its libomp, whose Archer tool (libarcher.so) tells
+          # ThreadSanitizer about OpenMP's synchronization (libomp-15-dev conflicts with it)
+          clang-14 libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

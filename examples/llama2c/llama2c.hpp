@@ -18,7 +18,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <istream>
+#include <ostream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -81,19 +84,31 @@ class ProjectionHook {
 class Model {
  public:
   /// Reads a dense legacy checkpoint; an MoE checkpoint is refused (use load_any).
-  static Model load(const std::string& path) { return load_impl(path, false); }
+  static Model load(const std::string& path) { return load_file(path, false); }
   /// Reads a dense or an MoE checkpoint (moe_model.hpp's header extension).
-  static Model load_any(const std::string& path) { return load_impl(path, true); }
+  static Model load_any(const std::string& path) { return load_file(path, true); }
 
-  static Model load_impl(const std::string& path, bool allow_moe) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
+  /// load() / load_any() of a file: allow_moe selects which.
+  static Model load_file(const std::string& path, bool allow_moe) {
+    std::ifstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot open model file '" + path + "'");
+    return load(f, path, allow_moe);
+  }
+
+  /// Reads a checkpoint from a seekable binary stream (a file, or memory); `name` names it in
+  /// errors; MoE checkpoints only with allow_moe. Throws std::invalid_argument for a bad header
+  /// or a size that does not match it.
+  static Model load(std::istream& f, const std::string& name, bool allow_moe = false) {
+    const std::string path = name;
+    f.seekg(0, std::ios::end);
     const auto bytes = static_cast<std::size_t>(f.tellg());
     f.seekg(0);
     if (bytes < 7 * sizeof(std::int32_t))
       throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) + " bytes, no header");
     std::int32_t h[7];
     f.read(reinterpret_cast<char*>(h), sizeof(h));
+    if (h[5] == std::numeric_limits<std::int32_t>::min())  // a negative vocab_size flags an unshared classifier
+      throw std::invalid_argument("llama2c: " + path + ": vocab_size = " + std::to_string(h[5]) + " is invalid: |vocab_size| must be < 2^31");
     Config c{h[0], h[1], h[2], h[3], h[4], std::abs(h[5]), h[6], h[5] > 0};
     std::size_t header = sizeof(h);
     if (h[1] == kMoeMarker) {
@@ -118,6 +133,15 @@ class Model {
       header += sizeof(x);
     }
     validate(c, path);
+    // Compare the header's size with the file's before allocating: a corrupt header may ask for
+    // more memory than exists (or than size_t counts), and the file cannot hold it anyway.
+    const double approx = weight_floats_approx(c) * sizeof(float) + double(header);
+    if (approx > static_cast<double>(bytes) * (1.0 + 1e-9) + 64.0) {
+      char need[32];
+      std::snprintf(need, sizeof(need), "%.6g", approx);
+      throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) +
+                                  " bytes, the header's shape needs " + need);
+    }
     Model m(c);
     const std::size_t need = m.data_.size() * sizeof(float) + header;
     if (bytes < need)
@@ -152,6 +176,11 @@ class Model {
   void save(const std::string& path) const {
     std::ofstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot write '" + path + "'");
+    save(f);
+  }
+
+  /// Writes the checkpoint (the format load_any() reads) to a binary stream.
+  void save(std::ostream& f) const {
     const std::int32_t h[7] = {c_.dim, c_.moe() ? kMoeMarker : c_.hidden_dim, c_.n_layers, c_.n_heads, c_.n_kv_heads,
                                c_.shared_classifier ? c_.vocab_size : -c_.vocab_size, c_.seq_len};
     f.write(reinterpret_cast<const char*>(h), sizeof(h));
@@ -239,6 +268,13 @@ class Model {
     if (c.n_experts < 0) bad("n_experts", c.n_experts, "must be >= 0 (0 = dense)");
     if (c.moe() && (c.experts_per_token < 1 || c.experts_per_token > c.n_experts))
       bad("experts_per_token", c.experts_per_token, "must be in [1, n_experts = " + std::to_string(c.n_experts) + "]");
+  }
+  // weight_floats() in double: never overflows (the shape may come from a corrupt header).
+  static double weight_floats_approx(const Config& c) {
+    const double d = c.dim, h = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), v = c.vocab_size, E = c.n_experts;
+    const double ffn = c.moe() ? L * E * d + 3 * L * E * h * d : 3 * L * h * d;  // as weight_floats()
+    return v * d * (c.shared_classifier ? 1 : 2) + L * d + L * d * d + 2 * L * kv * d + L * d * d + L * d + ffn + d +
+           2.0 * c.seq_len * (c.head_size() / 2);
   }
   static std::size_t weight_floats(const Config& c) {
     const std::size_t d = c.dim, h = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), v = c.vocab_size;

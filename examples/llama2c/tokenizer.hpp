@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <istream>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -23,6 +25,13 @@ class Tokenizer {
   static Tokenizer load(const std::string& path, int vocab_size) {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot open tokenizer file '" + path + "'");
+    return load(f, vocab_size, path);
+  }
+
+  /// Reads `vocab_size` tokens from a binary stream (a file, or memory); `name` names it in
+  /// errors. Throws std::invalid_argument for a truncated or corrupt stream.
+  static Tokenizer load(std::istream& f, int vocab_size, const std::string& name) {
+    const std::string& path = name;
     Tokenizer t;
     std::int32_t max_len = 0;
     if (!f.read(reinterpret_cast<char*>(&max_len), sizeof(max_len)))
@@ -44,6 +53,10 @@ class Tokenizer {
   /// Writes a tokenizer file (for tests and synthetic models).
   static void save(const std::string& path, const std::vector<std::string>& pieces, const std::vector<float>& scores) {
     std::ofstream f(path, std::ios::binary);
+    save(f, pieces, scores);
+  }
+  /// Writes a tokenizer (the format load() reads) to a binary stream.
+  static void save(std::ostream& f, const std::vector<std::string>& pieces, const std::vector<float>& scores) {
     std::int32_t max_len = 0;
     for (const auto& p : pieces) max_len = std::max<std::int32_t>(max_len, static_cast<std::int32_t>(p.size()));
     f.write(reinterpret_cast<const char*>(&max_len), sizeof(max_len));
@@ -57,6 +70,8 @@ class Tokenizer {
 
   int vocab_size() const { return static_cast<int>(pieces_.size()); }
 
+  /// Token ids of `text`. Throws std::invalid_argument for a byte that neither a token nor a
+  /// byte-fallback token (id byte + 3) of this vocabulary covers.
   std::vector<inferkit::TokenId> encode(const std::string& text) const {
     std::vector<inferkit::TokenId> ids;
     if (text.empty()) return ids;
@@ -72,7 +87,14 @@ class Tokenizer {
       if (id >= 0) {
         ids.push_back(id);
       } else {
-        for (std::size_t b = 0; b < n; ++b) ids.push_back(static_cast<unsigned char>(text[i + b]) + 3);  // <0xXX>
+        for (std::size_t b = 0; b < n; ++b) {  // <0xXX> = id byte + 3, when the vocabulary has byte tokens
+          const int byte = static_cast<unsigned char>(text[i + b]);
+          if (byte + 3 >= vocab_size())
+            throw std::invalid_argument("llama2c: text byte " + std::to_string(byte) + " at offset " + std::to_string(i + b) +
+                                        " has no token: the vocabulary (" + std::to_string(vocab_size()) +
+                                        " tokens) has no byte-fallback token <0x..> at id " + std::to_string(byte + 3));
+          ids.push_back(byte + 3);
+        }
       }
       i += n;
     }

@@ -306,3 +306,17 @@ TEMPLATE_TEST_CASE("randomized operations keep the trie, the pool and the holder
     for (Held& h : live) trie.release(h.handle);
   }
 }
+
+// Noticed while writing tests/fuzz/fuzz_prefix_trie: write() did not check the layer, and the
+// pool's row pointers do not either, so a bad layer wrote past the pool's storage.
+TEST_CASE("writing a layer the pool does not have is std::out_of_range", "[kv][paged][errors]") {
+  inferkit::BlockPool<float> pool({2, 1, 2, 4, 8});
+  inferkit::BlockTable<float> table(pool);
+  REQUIRE(table.reserve(1));
+  const float x[2] = {1.0f, 2.0f};
+  CHECK_THROWS_AS(table.write(2, {x, 1, 1, 2}, {x, 1, 1, 2}), std::out_of_range);
+  CHECK_THROWS_AS(table.write(-1, {x, 1, 1, 2}, {x, 1, 1, 2}), std::out_of_range);
+  CHECK_NOTHROW(table.write(1, {x, 1, 1, 2}, {x, 1, 1, 2}));
+  table.commit(1);
+  CHECK(pool.key_rows(table.blocks()[0], 1, 0)[1] == 2.0f);
+}

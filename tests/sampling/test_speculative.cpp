@@ -271,6 +271,13 @@ TEST_CASE("speculative verification rejects malformed input", "[sampling][specul
   CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 4}, {bad.data(), 2, 4}, rng, 0, all), Contains("p[1] sum"));
   bad[4 + 1] = std::nanf("");
   CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 4}, {bad.data(), 2, 4}, rng, 0, all), Contains("p[1][1] = nan"));
+  // A tolerance >= 1 admits a row of zeros: it has nothing to draw (regression from
+  // tests/fuzz/fuzz_speculative, which drew the last token with probability 0).
+  const std::vector<float> zeros(4, 0.0f);
+  inferkit::VerifyOptions loose;
+  loose.tolerance = 2.0;
+  CHECK_THROWS_WITH(inferkit::verify_draft({}, {}, {zeros.data(), 1, 4}, rng, 0, loose), Contains("needs positive mass"));
+  CHECK_THROWS_WITH(inferkit::verify_point_mass_draft(ok, {zeros.data(), 2, 4}, rng, 0, loose), Contains("needs positive mass"));
 }
 
 TEST_CASE("choosing k: expected tokens per pass, speedup, online acceptance estimate", "[sampling][speculative]") {

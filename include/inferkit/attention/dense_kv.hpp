@@ -4,6 +4,7 @@
 // [tokens, heads, dim] layout and a per-head [heads, tokens, dim] cache fit), one block per head.
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -28,6 +29,9 @@ class DenseKv {
   DenseKv(Tensor3View<const T> keys, Tensor3View<const T> values, std::int32_t first_position = 0)
       : keys_(keys), values_(values), positions_{nullptr, first_position} {
     validate();
+    // Positions are int32: the last one, first_position + tokens - 1, must be one too.
+    require(std::int64_t{first_position} + keys.dim0() - 1 <= std::numeric_limits<std::int32_t>::max(), "first_position",
+            first_position, "plus the number of tokens (" + std::to_string(keys.dim0()) + ") must stay within int32 positions");
   }
 
   /// Explicit per-token positions (one per token; the span must outlive the source).

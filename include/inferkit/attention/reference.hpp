@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "inferkit/attention/alibi.hpp"
@@ -24,12 +25,19 @@ void attention_reference(Tensor3View<const float> q, const S& kv, Tensor3View<fl
   const HeadGroups groups(hq, kv.num_kv_heads());
   detail::validate_options(opt, hq);
   require(d == kv.head_dim(), "q.dim2()", d, "must equal the KV head_dim (" + std::to_string(kv.head_dim()) + ")");
+  if (!opt.query_positions.empty())  // read for every query row below
+    require(static_cast<Index>(opt.query_positions.size()) == tq, "query_positions.size()", opt.query_positions.size(),
+            "must equal q.dim0() (" + std::to_string(tq) + ")");
   const double scale = opt.scale ? double(*opt.scale) : 1.0 / std::sqrt(double(d));
   std::vector<float> slopes;
   if (!opt.alibi_slopes.empty()) slopes.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
   else if (opt.alibi) slopes = alibi_slopes(hq);
   const detail::MaskRule rule{opt.causal, opt.window};
   const std::int64_t anchor = last_position(kv);
+  if (opt.query_positions.empty())  // the same int32 rule as attention() (detail::ProblemBuilder)
+    require(anchor - (tq - 1) >= std::numeric_limits<std::int32_t>::min(), "q.dim0()", tq,
+            "places the first query (bottom-right aligned to the last key position " + std::to_string(anchor) +
+                ") below the int32 position range");
 
   for (Index h = 0; h < hq; ++h) {
     const Index g = groups.kv_head(h);

@@ -155,9 +155,11 @@ class BlockTable {
   }
 
   /// Writes tokens [num_tokens(), num_tokens() + k.dim0()) of one layer ([tokens, heads, dim]);
-  /// room must have been reserved. commit() makes them visible.
+  /// room must have been reserved. commit() makes them visible. Throws std::out_of_range for a
+  /// layer outside the pool's, std::invalid_argument for bad shapes or missing room.
   void write(Index layer, Tensor3View<const float> k, Tensor3View<const float> v) {
     const BlockPoolConfig& c = pool_->config();
+    require_index(layer, c.layers, "layer");  // the pool's row pointers do not check it
     require(k.dim1() == c.kv_heads && k.dim2() == c.head_dim, "keys.dim1()", k.dim1(),
             "keys must be [tokens, kv_heads, head_dim] of the pool");
     require(v.dim0() == k.dim0() && v.dim1() == k.dim1() && v.dim2() == k.dim2(), "values.dim0()", v.dim0(),

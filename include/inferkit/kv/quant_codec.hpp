@@ -113,16 +113,9 @@ struct QuantParams {
   }
 };
 
-/// Chooses the stored parameters for a group of values (read with a stride).
-inline QuantParams choose_params(const float* x, Index n, Index stride, const QuantSpec& s) {
-  float lo = std::numeric_limits<float>::infinity(), hi = -lo, amax = 0.0f;
-  for (Index i = 0; i < n; ++i) {
-    const float v = x[i * stride];
-    if (!std::isfinite(v)) throw_invalid_argument("kv value", v, "keys and values to quantize must be finite");
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-    amax = std::max(amax, std::abs(v));
-  }
+/// Stored parameters of a group whose values lie in [lo, hi] with max |x| = amax (all finite).
+/// Throws std::invalid_argument when the group's step or minimum overflows binary16.
+inline QuantParams params_for_range(float lo, float hi, float amax, const QuantSpec& s) {
   QuantParams p;
   if (s.symmetric) {
     p.step = symmetric_step_f16(amax, s.offset() - 1 > 0 ? s.offset() - 1 : 1);
@@ -135,6 +128,27 @@ inline QuantParams choose_params(const float* x, Index n, Index stride, const Qu
     throw_invalid_argument("kv group range", std::max(std::abs(lo), std::abs(hi)),
                            "is too large for a binary16 quantization step");
   return p;
+}
+
+namespace detail {
+// Running range of a group: its values must be finite (std::invalid_argument otherwise).
+struct GroupRange {
+  float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity(), amax = 0.0f;
+  void add(float v) {
+    if (!std::isfinite(v)) throw_invalid_argument("kv value", v, "keys and values to quantize must be finite");
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    amax = std::max(amax, std::abs(v));
+  }
+  QuantParams params(const QuantSpec& s) const { return params_for_range(lo, hi, amax, s); }
+};
+}  // namespace detail
+
+/// Chooses the stored parameters for a group of values (read with a stride).
+inline QuantParams choose_params(const float* x, Index n, Index stride, const QuantSpec& s) {
+  detail::GroupRange r;
+  for (Index i = 0; i < n; ++i) r.add(x[i * stride]);
+  return r.params(s);
 }
 
 /// Code of one value under the stored parameters (round to nearest, clamped to the code range).

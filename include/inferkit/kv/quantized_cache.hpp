@@ -140,8 +140,9 @@ class QuantizedKvCache {
   }
 
   /// Appends tokens [tokens, kv_heads, head_dim] to one layer (quantized as the specs say).
-  /// @throws std::out_of_range for a bad layer; std::invalid_argument for shapes or non-finite
-  ///         values.
+  /// @throws std::out_of_range for a bad layer; std::invalid_argument, leaving the cache
+  ///         unchanged, for a bad shape, a NaN or infinite value, or a value whose quantization
+  ///         group would overflow binary16 (quant_codec.hpp).
   void append(Index layer, Tensor3View<const float> keys, Tensor3View<const float> values) {
     require_index(layer, layers_, "layer");
     require(keys.dim1() == heads_ && values.dim1() == heads_, "keys.dim1()", keys.dim1(),
@@ -149,6 +150,10 @@ class QuantizedKvCache {
     require(keys.dim2() == dim_ && values.dim2() == dim_, "keys.dim2()", keys.dim2(),
             "keys and values must have head_dim (" + std::to_string(dim_) + ")");
     require(values.dim0() == keys.dim0(), "values.dim0()", values.dim0(), "must equal keys.dim0()");
+    for (Index h = 0; h < heads_; ++h) {  // every check first: a rejected append changes nothing
+      check_quantizable(stream(keys_, layer, h), config_.keys, keys, h);
+      check_quantizable(stream(values_, layer, h), config_.values, values, h);
+    }
     for (Index t = 0; t < keys.dim0(); ++t)
       for (Index h = 0; h < heads_; ++h) {
         push(stream(keys_, layer, h), config_.keys, keys.ptr(t, h));
@@ -210,6 +215,27 @@ class QuantizedKvCache {
   }
   detail::QuantStream& stream(std::vector<detail::QuantStream>& v, Index layer, Index head) {
     return stream(v, layer, head, heads_);
+  }
+
+  // Throws if head h of x could not be quantized when its groups flush: per-token groups are
+  // whole in a row; a per-channel group (tokens [k G, (k + 1) G)) is checked with its members
+  // already in the tail, so the flush of a checked group never throws.
+  void check_quantizable(const detail::QuantStream& s, const QuantSpec& spec, Tensor3View<const float> x, Index h) const {
+    if (spec.axis == QuantAxis::kPerToken) {
+      for (Index t = 0; t < x.dim0(); ++t)
+        for (Index g = 0; g < token_groups(spec, dim_); ++g) (void)choose_params(x.ptr(t, h) + g * spec.group_size, spec.group_size, 1, spec);
+      return;
+    }
+    const Index len = s.quantized + s.tail_tokens, group = spec.group_size;
+    for (Index c = 0; c < dim_; ++c) {
+      detail::GroupRange r;
+      for (Index m = std::max(s.quantized, (len / group) * group); m < len; ++m) r.add(s.tail[static_cast<std::size_t>((m - s.quantized) * dim_ + c)]);
+      for (Index t = 0; t < x.dim0(); ++t) {
+        if ((len + t) % group == 0) r = detail::GroupRange{};
+        r.add(x.ptr(t, h)[c]);
+        (void)r.params(spec);
+      }
+    }
   }
 
   void push(detail::QuantStream& s, const QuantSpec& spec, const float* row) {

@@ -17,7 +17,7 @@
 //
 // Checks: draft tokens outside the vocabulary are std::out_of_range; q_i(x_i) == 0 (a token the
 // draft could not have drawn), mismatched shapes, and rows that are negative, non-finite or do
-// not sum to 1 within `tolerance` are std::invalid_argument. Rows are checked where the rule
+// not sum to 1 within `tolerance` (or have no mass at all) are std::invalid_argument. Rows are checked where the rule
 // reads them whole (the rejected position's p and q, the bonus row); accepted positions only
 // read p_i(x_i) and q_i(x_i), so the hot path does no full-vocabulary work unless
 // `check_all_rows` asks for it.
@@ -107,6 +107,8 @@ inline BlockedRow checked_prob_row(std::span<const float> row, double tolerance,
   }
   require(std::abs(r.total - 1.0) <= tolerance, name + " sum", r.total,
           "a probability row must sum to 1 within tolerance " + std::to_string(tolerance));
+  // A tolerance >= 1 admits a row without mass: nothing could be drawn from it.
+  require(r.total > 0.0, name + " sum", r.total, "a probability row needs positive mass");
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -100,6 +101,10 @@ class ProblemBuilder {
   /// `last_key_position` (-1 for no keys): queries at options().query_positions[q0 ..] when
   /// given, else bottom-right aligned, the last one at last_key_position.
   SequenceProblem sequence(Index q0, Index nq, std::int32_t last_key_position) const {
+    if (opt_.query_positions.empty())  // bottom-right aligned: the first query sits nq - 1 before the last key
+      require(std::int64_t{last_key_position} - (nq - 1) >= std::numeric_limits<std::int32_t>::min(), "q.dim0()", nq,
+              "places the first query (bottom-right aligned to the last key position " + std::to_string(last_key_position) +
+                  ") below the int32 position range");
     SequenceProblem p;
     p.q = q_.slice0(q0, nq);
     p.out = out_.slice0(q0, nq);
