@@ -292,14 +292,26 @@ plot "$steer/sweep_add.dat" using 1:2 with linespoints title "NLL shift, additio
 GNUPLOT
 fi
 
-# ==== SERVING SWEEP (placeholder: the lead wires scripts/serve_sweep.sh in here) ==================
-# Called as `scripts/serve_sweep.sh <model> <report dir>`; it writes <report dir>/serving.md, a
-# "## Serving" section (table and plot links) that the report includes as is.
+# ==== SERVING SWEEP ===============================================================================
+# scripts/serve_sweep.sh serves one synthetic trace (Poisson arrivals, shared system prompts) at
+# several prefill chunk sizes under one token budget; its table and plot become the report's
+# "## Serving" section (<report dir>/serving.md).
 rm -f "$report/serving.md"
-if [ -x scripts/serve_sweep.sh ]; then
-  echo "=== serving sweep"
-  scripts/serve_sweep.sh "$model" "$report"
-fi
+echo "=== serving: continuous batching with chunked prefill (scripts/serve_sweep.sh)"
+scripts/serve_sweep.sh "$report/serve" "$model"
+{
+  echo "## Serving: chunked-prefill sweep"
+  echo
+  echo "\`inferkit-llama2c serve\` on $(basename "$model") (continuous batching, paged KV, prefix cache);"
+  echo "the same synthetic trace at each prefill chunk size, same token budget (scripts/serve_sweep.sh)."
+  echo
+  cat "$report/serve/serve_sweep.md"
+  echo
+  if [ -f "$report/serve/serve_sweep.png" ]; then
+    echo "![TBT p99 and throughput against the chunk](serve/serve_sweep.png)"
+    echo
+  fi
+} > "$report/serving.md"
 # ==== END SERVING SWEEP ==========================================================================
 
 # ---- what the model is, in words the report repeats where it matters
@@ -381,7 +393,7 @@ fi
   else
     echo "## Serving"
     echo
-    echo "Not run: \`scripts/serve_sweep.sh\` is not part of this tree yet."
+    echo "Not run: the serving sweep wrote no table."
   fi
   # ==== END SERVING SECTION =======================================================================
 } > "$report/report.md"
