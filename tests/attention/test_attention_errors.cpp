@@ -35,6 +35,8 @@ TEST_CASE("attention rejects inconsistent shapes and bad options with named para
   opt = {};
   opt.softcap = -2.0f;
   CHECK_THROWS_WITH(inferkit::attention(qv, kv, ov, {}, opt), Contains("softcap = -2"));
+  opt.softcap = 1e-40f;  // 1 / softcap would overflow
+  CHECK_THROWS_WITH(inferkit::attention(qv, kv, ov, {}, opt), Contains("softcap = 9.99994"));
   opt = {};
   const std::vector<float> slopes(3, 0.5f);
   opt.alibi_slopes = slopes;

@@ -83,6 +83,40 @@ TEST_CASE("fully masked rows give zeros and LSE = -inf", "[attention][prefill][d
   for (float x : got.lse) CHECK(x == -INFINITY);
 }
 
+TEST_CASE("masks and ALiBi stay exact when positions lie 2^23 or more apart", "[attention][prefill][decode]") {
+  // Float positions relative to a tile's first key would round here (found by fuzzing: a key
+  // 2^31 away made a later key visible to an earlier query); the kernels compare integers.
+  const Index tk = 140, hq = 4, hkv = 2, d = 8;
+  std::vector<std::int32_t> kpos(static_cast<std::size_t>(tk));
+  for (Index j = 0; j < tk; ++j)
+    kpos[j] = j % 3 == 0 ? -2147483600 + static_cast<std::int32_t>(j) : j % 3 == 1 ? static_cast<std::int32_t>(j) : 2147483500 + static_cast<std::int32_t>(j);
+  const std::vector<std::int32_t> all_q = {-4, 0, 5, 60, 139, -2147483590, -2147483500, 2147483600, 2147483647, 20000000, 7, 3};
+  const auto k = test::random_normal(static_cast<std::size_t>(tk * hkv * d), 5), v = test::random_normal(k.size(), 6);
+  const std::vector<float> tiny_slopes = {1e-9f, 2e-9f, 4e-9f, 1e-8f};
+  inferkit::DenseKv<float> kv(inferkit::Tensor3View<const float>(k.data(), tk, hkv, d), inferkit::Tensor3View<const float>(v.data(), tk, hkv, d),
+                              std::span<const std::int32_t>(kpos));
+  for (Index tq : {Index{1}, Index{3}, Index{12}})
+    for (int variant = 0; variant < 8; ++variant) {
+      inferkit::AttentionOptions opt;
+      opt.causal = variant % 2 == 0;
+      opt.window = variant % 4 < 2 ? 7 : 0;
+      if (!opt.causal && opt.window == 0) opt.window = 100;
+      opt.batch_invariant = variant >= 4;
+      // Slopes so small that a 2^31 distance stays a moderate score (below 22).
+      if (variant % 3 == 0) opt.alibi_slopes = tiny_slopes;
+      const std::vector<std::int32_t> qpos(all_q.end() - tq, all_q.end());
+      opt.query_positions = qpos;
+      INFO("tq=" << tq << " variant=" << variant);
+      const auto q = test::random_normal(static_cast<std::size_t>(tq * hq * d), 7 + static_cast<std::uint32_t>(tq));
+      std::vector<float> out(q.size()), ref(q.size()), lse(static_cast<std::size_t>(tq * hq)), ref_lse(lse.size());
+      const inferkit::Tensor3View<const float> qv(q.data(), tq, hq, d);
+      inferkit::attention(qv, kv, inferkit::Tensor3View<float>(out.data(), tq, hq, d), inferkit::MatrixView<float>(lse.data(), tq, hq), opt);
+      inferkit::attention_reference(qv, kv, inferkit::Tensor3View<float>(ref.data(), tq, hq, d), inferkit::MatrixView<float>(ref_lse.data(), tq, hq), opt);
+      CHECK(test::max_abs_diff(out, ref) <= 2e-5);
+      CHECK(test::max_abs_diff(lse, ref_lse) <= 1e-4);
+    }
+}
+
 TEST_CASE("prefill result does not depend on the thread count", "[attention][prefill][threads]") {
   Case c{.tq = 200, .tk = 260, .hq = 8, .hkv = 2, .d = 64};
   c.opt.num_threads = 1;

@@ -10,7 +10,10 @@
 //                    including its own (W = 1 sees only itself); combined with causal or alone.
 // Score: s = (q . k) * scale; with softcap c > 0, s = c * tanh(s / c) (Gemma 2); then the ALiBi
 // bias -slope_h * (p - k) is added. A row whose keys are all masked outputs zeros with
-// LSE = -inf.
+// LSE = -inf. Scores are floats: masks compare integer positions exactly at any distance, and
+// the ALiBi bias is exact for distances below 2^24, beyond which it rounds like any float score
+// (a few ulp of |s|); scores or scaled queries beyond the float range overflow, and the row's
+// output is then unspecified.
 //
 // Batch-invariant mode (batch_invariant = true): a query row's output and LSE bits depend only
 // on its query, the keys / values / positions of its sequence's source, and the options; not on
@@ -37,6 +40,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 
@@ -112,6 +116,9 @@ inline void validate_options(const AttentionOptions& o, Index num_q_heads) {
   }
   require(o.window >= 0, "window", o.window, "must be >= 0 (0 = no sliding window)");
   require(std::isfinite(o.softcap) && o.softcap >= 0.0f, "softcap", o.softcap, "must be finite and >= 0 (0 = off)");
+  // The kernels multiply by 1 / softcap: below the smallest normal float it would be infinite.
+  require(o.softcap == 0.0f || o.softcap >= std::numeric_limits<float>::min(), "softcap", o.softcap,
+          "must be 0 (off) or at least the smallest normal float, 1.17549e-38");
   require(o.num_threads >= 0, "num_threads", o.num_threads, "must be >= 0 (0 = OpenMP default)");
   require(o.arithmetic == AttentionArithmetic::kExact || o.arithmetic == AttentionArithmetic::kReduced, "arithmetic",
           static_cast<int>(o.arithmetic), "must be AttentionArithmetic::kExact or kReduced");

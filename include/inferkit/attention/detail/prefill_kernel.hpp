@@ -42,7 +42,7 @@ inline Index lanes_padded_rows(Index rows) {
 
 struct PrefillScratch {
   AlignedBuffer<float> qt, st, ot, ot2, kbuf, vbuf;
-  AlignedBuffer<float> m, l, alpha, dq, slope, relk, m2, l2, wa, wb;
+  AlignedBuffer<float> m, l, alpha, dq, slope, relk, m2, l2, wa, wb, dist, seen;
   AlignedBuffer<std::int32_t> kpos;  // positions of a tile gathered across blocks
 };
 
@@ -61,6 +61,8 @@ inline void lanes_begin(const SequenceProblem& p, const LanesRows& u, PrefillScr
   for (auto* b : {&ws.m, &ws.l, &ws.alpha, &ws.dq, &ws.slope, &ws.m2, &ws.l2, &ws.wa, &ws.wb})
     b->resize(static_cast<std::size_t>(Rp));
   ws.relk.resize(static_cast<std::size_t>(kPrefillKeyTile));
+  ws.dist.resize(simd::kWidth);
+  ws.seen.resize(simd::kWidth);
   ws.kpos.resize(static_cast<std::size_t>(kPrefillKeyTile));
   float* qt = ws.qt.data();
   for (Index r = 0; r < Rp; ++r) {
@@ -113,10 +115,17 @@ void lanes_sweep(const SequenceProblem& p, const S& kv, const LanesRows& u, Inde
     if (vis == TileVisibility::kNone) continue;
     const bool partial = vis == TileVisibility::kPartial;
     const bool positional = partial || p.slopes;
+    // Positions relative to the tile's smallest key, as floats: exact while the tile's keys and
+    // a row's query lie within 2^23 of it (then every difference k - p is an exact float too). A
+    // group of rows where they do not (explicit positions far apart) takes the per-lane path,
+    // which masks by integer comparison and converts k - p once; on exact rows both give the
+    // same bits (rk - dq is then the correctly rounded k - p), so the choice of path, which
+    // depends on the other rows of the group, never changes a row's bits.
+    constexpr std::int64_t kExactSpan = std::int64_t{1} << 23;
+    const bool keys_exact = k_hi - k_lo < kExactSpan;
+    const auto row_pos = [&](Index r) { return std::int64_t{p.q_pos[u.t0 + std::min(r, R - 1) / G]}; };
     if (positional) {
-      // Positions relative to the tile's smallest key: exact in float for distances < 2^24.
-      for (Index r = 0; r < Rp; ++r)
-        ws.dq[r] = static_cast<float>(std::int64_t{p.q_pos[u.t0 + std::min(r, R - 1) / G]} - k_lo);
+      for (Index r = 0; r < Rp; ++r) ws.dq[r] = static_cast<float>(row_pos(r) - k_lo);
       for (Index c = 0; c < nc; ++c) ws.relk[c] = static_cast<float>(std::int64_t{kp[c]} - k_lo);
     }
 
@@ -126,12 +135,22 @@ void lanes_sweep(const SequenceProblem& p, const S& kv, const LanesRows& u, Inde
     for (Index r0 = 0; r0 < Rp; r0 += W) {
       const VecF dq = positional ? simd::load(ws.dq.data() + r0) : vzero;
       const VecF slope = simd::load(ws.slope.data() + r0);
+      bool group_exact = keys_exact;
+      for (Index r = r0; r < r0 + W && group_exact; ++r) group_exact = std::abs(row_pos(r) - k_lo) < kExactSpan;
       VecF mx = vneg_inf;
       for (Index c = 0; c < nc; ++c) {
         float* sp = st + c * Rp + r0;
         VecF s = simd::load(sp);
         if (softcap) s = cap * simd::tanh(s * inv_cap);
-        if (positional) {
+        if (positional && !group_exact) {
+          for (Index i = 0; i < W; ++i) {
+            const std::int64_t qp = row_pos(r0 + i);
+            ws.dist[i] = static_cast<float>(std::int64_t{kp[c]} - qp);
+            ws.seen[i] = !partial || p.mask.visible(qp, kp[c]) ? 1.0f : 0.0f;
+          }
+          if (p.slopes) s = simd::fma(slope, simd::load(ws.dist.data()), s);
+          if (partial) s = simd::select(vzero < simd::load(ws.seen.data()), s, vneg_inf);
+        } else if (positional) {
           const VecF rk = simd::broadcast(ws.relk[c]);
           if (p.slopes) s = simd::fma(slope, rk - dq, s);  // -slope * (q_pos - k_pos)
           if (partial) {

@@ -110,7 +110,8 @@ class ProblemBuilder {
     p.out = out_.slice0(q0, nq);
     p.lse = lse_.rows() > 0 ? lse_.rows_slice(q0, nq) : MatrixView<float>{};
     p.q_pos = opt_.query_positions.empty()
-                  ? TokenPositions{nullptr, last_key_position - static_cast<std::int32_t>(nq - 1)}
+                  ? TokenPositions{nullptr, nq > 0 ? static_cast<std::int32_t>(std::int64_t{last_key_position} - (nq - 1))
+                                                   : last_key_position}  // no rows: nothing reads it
                   : TokenPositions{opt_.query_positions.data() + q0, 0};
     p.group = groups_.group_size();
     p.scale = scale_;
