@@ -167,7 +167,8 @@ class BatchForward {
   /// sequences' tables (write_at at s.position), and the logits of the rows listed in
   /// plan.logit_rows, in that order, to `logits` [logit_rows.size() x vocab]. Throws
   /// std::out_of_range for a token outside the vocabulary.
-  void run(const inferkit::BatchPlan<float>& plan, float* logits) {
+  template <class T>
+  void run(const inferkit::BatchPlan<T>& plan, float* logits) {
     const Config& c = m_->config();
     const Index n = plan.num_tokens(), D = c.dim, kvd = c.kv_dim(), hs = c.head_size(), Hd = c.hidden_dim;
     if (n == 0) return;
@@ -192,7 +193,7 @@ class BatchForward {
     inferkit::AttentionOptions aopt;
     aopt.batch_invariant = o_.deterministic;
     aopt.num_threads = o_.threads;
-    std::vector<inferkit::BlockTable<float>::Source> sources;
+    std::vector<typename inferkit::BlockTable<T>::Source> sources;
     sources.reserve(plan.sequences.size());
     for (int l = 0; l < c.n_layers; ++l) {
       for (Index t = 0; t < n; ++t) rmsnorm(xb_.row(t).data(), x_.row(t).data(), m_->rms_att(l), D);

@@ -29,7 +29,8 @@
 //       [--workload-seed S] [--temperature T] [--top-k K] [--top-p P])
 //       [--max-batched-tokens B] [--max-seqs S] [--chunk C|none] [--page-size P] [--kv-blocks N]
 //       [--policy fcfs|lpm] [--deterministic] [--no-prefix-cache] [--static-batch N]
-//       [--threads T] [--virtual-time MS] [--out FILE]; see serve.hpp and trace.hpp. Writes one
+//       [--kv-quant ...] (quantized pages) [--threads T] [--virtual-time MS] [--out FILE];
+//       see serve.hpp and trace.hpp. Writes one
 //       JSON line per request (output ids, timings) to --out or stdout, the summary to stderr.
 //   inferkit-llama2c make-random --out PATH [--dim 288] [--hidden 768] [--layers 6] [--heads 6]
 //       [--kv-heads 6] [--vocab 32000] [--seq-len 256] [--seed 1]
@@ -488,7 +489,7 @@ int cmd_serve(int argc, char** argv) {
                {"--model", "--trace", "--tokenizer", "--synthetic", "--rate", "--shared-prefixes", "--prefix-len",
                 "--prompt-len", "--output-len", "--workload-seed", "--temperature", "--top-k", "--top-p",
                 "--max-batched-tokens", "--max-seqs", "--chunk", "--page-size", "--kv-blocks", "--policy",
-                "--static-batch", "--threads", "--virtual-time", "--out"},
+                "--static-batch", "--threads", "--virtual-time", "--out", "--kv-quant", "--kv-quant-k", "--kv-quant-v"},
                {"--deterministic", "--no-prefix-cache"});
   if (!a.has("--model")) throw std::invalid_argument("serve needs --model PATH");
   if (a.has("--trace") == a.has("--synthetic")) throw std::invalid_argument("serve needs one of --trace FILE or --synthetic N");
@@ -534,6 +535,7 @@ int cmd_serve(int argc, char** argv) {
   else throw std::invalid_argument("--policy = '" + policy + "' is invalid: must be fcfs or lpm");
   o.page_size = a.integer("--page-size", 16);
   o.kv_blocks = a.integer("--kv-blocks", 0);
+  o.kv_quant = quant_config(a, model.config().head_size());
   o.prefix_cache = !a.has("--no-prefix-cache");
   o.deterministic = a.has("--deterministic");
   o.static_batch = a.integer("--static-batch", 0);

@@ -15,6 +15,14 @@
 // Static batching (ServeOptions::static_batch = N, the baseline): requests in arrival order
 // form groups of N; a group starts when its last member has arrived and the previous group has
 // finished completely, and runs to completion (finished slots stay empty).
+//
+// KV pages: float, or with ServeOptions::kv_quant quantized (BlockPool<QuantizedKv>, the specs
+// of paged_quant()): the prefix trie then caches quantized pages as they are. Per-channel (KIVI)
+// keys: prefill chunks end at whole key groups, so each request's output is that of a one-shot
+// prefill over the dense quantized cache (a chunk cut inside a group would let its queries attend
+// float keys the one-shot prefill quantized). A request preempted by recompute prefills its
+// generated tokens again in one pass, so from there on it continues as if prompt + generated had
+// been its prompt (decoding attended those keys in float while their groups filled).
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +30,8 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <stdexcept>
@@ -83,6 +93,9 @@ struct ServeOptions {
   inferkit::SchedulerConfig scheduler{.max_batched_tokens = 512, .max_sequences = 64};
   Index page_size = 16;         ///< tokens per KV block
   Index kv_blocks = 0;          ///< KV blocks in the pool; 0 = every running request at its longest
+  /// If set, the pool holds quantized pages (paged_quant(*kv_quant, page_size)): prefix reuse,
+  /// preemption and batching as over float pages, each block 3-6x smaller.
+  std::optional<inferkit::KvQuantConfig> kv_quant;
   bool prefix_cache = true;     ///< reuse cached prefixes through a PrefixTrie
   bool deterministic = false;   ///< batch-invariant attention and fixed-order matmuls (batch_forward.hpp)
   Index static_batch = 0;       ///< > 0: the static-batching baseline with groups of this size
@@ -155,6 +168,13 @@ inline std::vector<TraceRequest> synthetic_trace(Index n, double rate, const inf
   return out;
 }
 
+namespace detail {
+template <class T>
+ServeReport serve_on(const Model& m, const std::vector<TraceRequest>& trace, const ServeOptions& o,
+                     const inferkit::SchedulerConfig& sc, inferkit::BlockPool<T>& pool,
+                     std::vector<inferkit::SamplerChain>& chains, std::vector<inferkit::SamplerState>& states);
+}  // namespace detail
+
 /// Serves `trace` on `m` (see the header comment). Throws std::invalid_argument for a bad option
 /// or a request that can never run (naming the request index and field).
 inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace, const ServeOptions& o) {
@@ -163,9 +183,14 @@ inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace,
   if (o.kv_blocks < 0) throw std::invalid_argument("--kv-blocks = " + std::to_string(o.kv_blocks) + " is invalid: must be >= 0");
   if (o.static_batch < 0) throw std::invalid_argument("--static-batch = " + std::to_string(o.static_batch) + " is invalid: must be >= 0");
   inferkit::SchedulerConfig sc = o.scheduler;
+  if (o.kv_quant) {  // KIVI pages: chunks end at whole key groups (SchedulerConfig::prefill_chunk_alignment)
+    const inferkit::KvQuantConfig pq = paged_quant(*o.kv_quant, o.page_size);
+    if (pq.keys.axis == inferkit::QuantAxis::kPerChannel)
+      sc.prefill_chunk_alignment = std::lcm(std::max<Index>(1, sc.prefill_chunk_alignment), pq.keys.group_size);
+  }
   if (o.static_batch > 0) {  // the whole group runs at once
     sc.max_sequences = o.static_batch;
-    sc.max_batched_tokens = std::max(sc.max_batched_tokens, sc.max_sequences);
+    sc.max_batched_tokens = std::max(sc.max_batched_tokens, sc.max_sequences + std::max<Index>(1, sc.prefill_chunk_alignment) - 1);
   }
   const Index n = static_cast<Index>(trace.size());
   std::vector<inferkit::SamplerChain> chains;
@@ -185,10 +210,27 @@ inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace,
     states.push_back(chains.back().make_state());
   }
   const Index blocks = o.kv_blocks > 0 ? o.kv_blocks : std::max<Index>(1, std::min(total, longest * sc.max_sequences));
-  inferkit::BlockPool<float> pool({c.n_layers, c.n_kv_heads, c.head_size(), o.page_size, blocks});
-  std::unique_ptr<inferkit::PrefixTrie<float>> trie;
-  if (o.prefix_cache) trie = std::make_unique<inferkit::PrefixTrie<float>>(pool);
-  inferkit::Scheduler<float> sched(pool, trie.get(), sc);
+  inferkit::BlockPoolConfig pc{c.n_layers, c.n_kv_heads, c.head_size(), o.page_size, blocks};
+  if (o.kv_quant) {
+    pc.quant = paged_quant(*o.kv_quant, o.page_size);
+    inferkit::BlockPool<inferkit::QuantizedKv> pool(pc);
+    return detail::serve_on(m, trace, o, sc, pool, chains, states);
+  }
+  inferkit::BlockPool<float> pool(pc);
+  return detail::serve_on(m, trace, o, sc, pool, chains, states);
+}
+
+/// The serve loop over a pool of float or quantized pages (serve() validated the trace and
+/// built one chain and sampler state per request).
+template <class T>
+ServeReport detail::serve_on(const Model& m, const std::vector<TraceRequest>& trace, const ServeOptions& o,
+                             const inferkit::SchedulerConfig& sc, inferkit::BlockPool<T>& pool,
+                             std::vector<inferkit::SamplerChain>& chains, std::vector<inferkit::SamplerState>& states) {
+  const Config& c = m.config();
+  const Index n = static_cast<Index>(trace.size());
+  std::unique_ptr<inferkit::PrefixTrie<T>> trie;
+  if (o.prefix_cache) trie = std::make_unique<inferkit::PrefixTrie<T>>(pool);
+  inferkit::Scheduler<T> sched(pool, trie.get(), sc);
   BatchForward fwd(m, {.deterministic = o.deterministic, .threads = o.threads});
   WallClock wall;
   ServeClock& clock = o.clock ? *o.clock : wall;

@@ -224,6 +224,53 @@ TEST_CASE("serve: every greedy output equals the request served alone by generat
   }
 }
 
+TEST_CASE("serve --kv-quant: every greedy output equals generate() over the dense quantized cache", "[example][serve][model][quantized]") {
+  const std::string path = test_model();
+  if (path.empty()) {
+    WARN("INFERKIT_TEST_MODEL is not set: skipped");
+    return;
+  }
+  const auto m = llama2c::Model::load(path);
+  const auto trace = small_trace(10, 20, 0.0f, 3);
+  llama2c::SamplingConfig greedy;
+  greedy.params.temperature = 0.0f;
+  for (const char* preset : {"int8", "int4", "kivi4"})
+    for (Index page : {4, 16}) {
+      INFO(preset << " page " << page);
+      const auto q = inferkit::kv_quant_preset(preset, m.config().head_size());
+      // The reference: each request alone, prefilled in one chunk, over the dense quantized
+      // cache with the pageable specs (the same codes as the pages hold).
+      llama2c::CacheOptions dense;
+      dense.quant = llama2c::paged_quant(q, page);
+      std::vector<std::vector<TokenId>> alone;
+      for (const auto& r : trace)
+        alone.push_back(llama2c::generate(m, std::vector<TokenId>(r.prompt.begin() + 1, r.prompt.end()), r.max_new_tokens, greedy,
+                                          nullptr, nullptr, dense));
+      for (const bool tiny : {false, true}) {
+        INFO((tiny ? "tiny pool: preemption by recompute" : "batched, chunked"));
+        // Chunks of 5, or of a whole key group (KIVI: 4 at page 4, 16 at page 16).
+        const Index chunk = std::max<Index>(5, dense.quant->keys.axis == inferkit::QuantAxis::kPerChannel ? dense.quant->keys.group_size : 0);
+        auto o = tiny ? options(64, 8, 0, page, 80 / page, false) : options(64, 8, chunk, page, 0, false);
+        o.kv_quant = q;
+        const auto run = serve_run(m, trace, o);
+        // Per-channel keys: a preempted request recomputes its generated tokens as one
+        // prefill, whose key groups are quantized before they attend, while decoding attended
+        // them in float: from there on its output is that of a one-shot prefill (serve.hpp).
+        const bool per_channel = q.keys.axis == inferkit::QuantAxis::kPerChannel;
+        for (std::size_t i = 0; i < trace.size(); ++i) {
+          INFO("request " << i << " preempted " << run.report.results[i].preemptions);
+          if (per_channel && run.report.results[i].preemptions > 0) {
+            CHECK(run.report.results[i].output.size() == alone[i].size());
+            continue;
+          }
+          REQUIRE(run.report.results[i].output == alone[i]);
+        }
+        CHECK(run.report.summary.prefill_saved > 0);  // quantized pages reused through the trie
+        if (tiny) CHECK(run.report.summary.preemptions > 0);
+      }
+    }
+}
+
 TEST_CASE("serve --deterministic: bitwise identical logits across chunkings, batch mixes and threads", "[example][serve][model]") {
   const std::string path = test_model();
   if (path.empty()) {
@@ -307,6 +354,17 @@ TEST_CASE("serve CLI: synthetic runs print the summary; a bad trace line exits w
                                   "--max-seqs 3 --max-batched-tokens 8 --page-size 4 --virtual-time 2 --out /dev/null");
   CHECK(status == 0);
   CHECK(out.find("serve: requests 6 output_tokens") != std::string::npos);
+  std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 3 "
+                                  "--page-size 4 --kv-quant kivi4 --virtual-time 2 --out /dev/null");
+  CHECK(status == 1);  // KIVI chunks end at whole key groups (4 tokens here): chunks of 3 cannot
+  CHECK(out.find("max_prefill_chunk = 3") != std::string::npos);
+  std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 4 "
+                                  "--page-size 4 --kv-quant kivi4 --virtual-time 2 --out /dev/null");
+  CHECK(status == 0);
+  CHECK(out.find("serve: requests 6 output_tokens") != std::string::npos);
+  std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 2 --kv-quant int3");
+  CHECK(status == 1);
+  CHECK(out.find("int3") != std::string::npos);
   std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --prompt-len 4:9 --output-len 2:5 --chunk none "
                                   "--max-batched-tokens 8");
   CHECK(status == 1);

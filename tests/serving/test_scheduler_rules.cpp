@@ -103,6 +103,56 @@ TEST_CASE("max_prefill_chunk splits prompts at fixed boundaries; unchunked prefi
   CHECK(u.matches_alone(y));
 }
 
+TEST_CASE("prefill_chunk_alignment: unfinished chunks end at multiples of it, after a cached prefix too", "[serving]") {
+  // Budget 10 with two decode rows leaves 8, 7 or 9: chunks are cut back to multiples of 4 of
+  // the sequence's tokens; the chunk that finishes a prompt ends where the prompt ends.
+  test::ServeHarness h(4, 64, {.max_batched_tokens = 10, .max_sequences = 3, .max_prefill_chunk = 6, .prefill_chunk_alignment = 4}, true);
+  const RequestId a = h.add({.prompt = iota_tokens(3, 1), .max_new_tokens = 30});
+  const RequestId b = h.add({.prompt = iota_tokens(23, 100), .max_new_tokens = 3});
+  std::vector<Index> ends;
+  while (h.sched.info(b).state != RequestState::kDecoding) {
+    auto& p = h.sched.schedule();
+    for (const auto& s : p.sequences)
+      if (s.id == b && s.prefill) {
+        CHECK(s.position % 4 == 0);
+        ends.push_back(s.position + s.num_tokens);
+      }
+    h.finish_step(p);
+  }
+  REQUIRE(!ends.empty());
+  CHECK(ends.back() == 23);
+  for (std::size_t i = 0; i + 1 < ends.size(); ++i) CHECK(ends[i] % 4 == 0);
+  CHECK(ends.front() == 4);  // 6 allowed by the cap, cut to 4 (a's prompt took 3 of the budget)
+  // A second request with b's prompt starts after the cached whole pages (a multiple of the
+  // page, 4) and keeps the alignment.
+  const RequestId c = h.add({.prompt = iota_tokens(23, 100), .max_new_tokens = 2});
+  auto& p = h.sched.schedule();
+  bool seen = false;
+  for (const auto& s : p.sequences)
+    if (s.id == c) {
+      seen = true;
+      CHECK(s.position == 20);  // 5 cached pages of the 22 tokens before the last
+      CHECK(s.position + s.num_tokens == 23);
+    }
+  CHECK(seen);
+  h.finish_step(p);
+  h.drain();
+  for (RequestId id : {a, b, c}) CHECK(h.matches_alone(id));
+}
+
+TEST_CASE("prefill_chunk_alignment needs room for an aligned chunk", "[serving][errors]") {
+  using Catch::Matchers::Contains;
+  inferkit::BlockPool<float> pool({1, 1, test::kHeadDim, 4, 16});
+  using S = inferkit::Scheduler<float>;
+  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 10, .max_sequences = 8, .prefill_chunk_alignment = 4}),
+                    Contains("max_batched_tokens = 10") && Contains("prefill_chunk_alignment - 1 (11)"));
+  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_chunk = 3, .prefill_chunk_alignment = 4}),
+                    Contains("max_prefill_chunk = 3"));
+  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .prefill_chunk_alignment = -2}),
+                    Contains("prefill_chunk_alignment = -2"));
+  CHECK_NOTHROW(S(pool, nullptr, {.max_batched_tokens = 11, .max_sequences = 8, .prefill_chunk_alignment = 4}));
+}
+
 TEST_CASE("max_sequences caps running requests; the next one is admitted when one finishes", "[serving]") {
   test::ServeHarness h(4, 64, {.max_batched_tokens = 32, .max_sequences = 2}, false);
   const RequestId a = h.add({.prompt = {1}, .max_new_tokens = 2});

@@ -17,7 +17,8 @@
 //      uncached token, in admission order (never starved: the budget is >= max_sequences);
 //      then speculative draft rows from what is left (ScheduleOptions, set_draft());
 //   2. partial prefills: running requests still prefilling, in admission order, each chunk
-//      min(remaining prompt, remaining budget, max_prefill_chunk);
+//      min(remaining prompt, remaining budget, max_prefill_chunk) (cut back to end at a
+//      multiple of prefill_chunk_alignment when it does not finish the prompt);
 //   3. admissions from the waiting queue by policy while budget, max_sequences and memory
 //      allow; an admission matches and pins the longest cached prefix (whole pages, the
 //      request's ContextIdentity) and schedules its first chunk after it.
@@ -65,6 +66,13 @@ struct SchedulerConfig {
   Index max_sequences = 256;        ///< running requests at most (each gets a decode row every iteration)
   Index max_prefill_chunk = 0;      ///< prefill tokens per request per iteration; 0 = the remaining budget
   bool chunked_prefill = true;      ///< false: a prefill runs whole in one iteration (the unchunked baseline)
+  /// > 1: a prefill chunk that does not finish its pending tokens ends at a multiple of this
+  /// many tokens of the sequence (it may then wait an iteration). Per-channel quantized keys
+  /// (KIVI pages) need it = the key group: a chunk's groups are then complete, so quantized,
+  /// before the chunk attends, as in a one-shot prefill; without it a query attends float keys
+  /// a one-shot prefill would have quantized. Needs max_batched_tokens >= max_sequences +
+  /// alignment - 1 and max_prefill_chunk 0 or >= alignment, so a prefill always progresses.
+  Index prefill_chunk_alignment = 0;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;  ///< admission order of waiting requests
   /// LPM: a request that has waited more than this many iterations is admitted first (in the
   /// order it started waiting), ahead of longer matches.
@@ -136,6 +144,15 @@ class Scheduler {
     require(c_.max_batched_tokens >= c_.max_sequences, "max_batched_tokens", c_.max_batched_tokens,
             "must be >= max_sequences (" + std::to_string(c_.max_sequences) + "), so every running request's decode row fits");
     require(c_.max_prefill_chunk >= 0, "max_prefill_chunk", c_.max_prefill_chunk, "must be >= 0 (0: the remaining budget)");
+    require(c_.prefill_chunk_alignment >= 0, "prefill_chunk_alignment", c_.prefill_chunk_alignment, "must be >= 0 (0 or 1: none)");
+    if (c_.prefill_chunk_alignment > 1 && c_.chunked_prefill) {
+      const Index a = c_.prefill_chunk_alignment;
+      require(c_.max_batched_tokens >= c_.max_sequences + a - 1, "max_batched_tokens", c_.max_batched_tokens,
+              "must be >= max_sequences + prefill_chunk_alignment - 1 (" + std::to_string(c_.max_sequences + a - 1) +
+                  "), so a prefilling request always has room for an aligned chunk");
+      require(c_.max_prefill_chunk == 0 || c_.max_prefill_chunk >= a, "max_prefill_chunk", c_.max_prefill_chunk,
+              "must be 0 or >= prefill_chunk_alignment (" + std::to_string(a) + ")");
+    }
     require(c_.starvation_iterations >= 0, "starvation_iterations", c_.starvation_iterations, "must be >= 0");
     require(c_.lpm_refresh_per_iteration >= 0, "lpm_refresh_per_iteration", c_.lpm_refresh_per_iteration, "must be >= 0");
     if (trie_) require(trie_->page_size() == pool.page_size(), "trie page_size", trie_->page_size(), "must equal the pool's page_size (" + std::to_string(pool.page_size()) + ")");
@@ -245,8 +262,8 @@ class Scheduler {
     for (std::size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
       Record& r = *running_[i];
       if (r.row >= 0 || is_decode(r)) continue;
-      const Index n = chunk(pending(r));
-      if (!make_room(r, n)) continue;
+      const Index n = chunk(r.computed, pending(r));
+      if (n <= 0 || !make_room(r, n)) continue;  // n = 0: no aligned chunk fits this iteration
       add_row(r, n, true);
     }
     // 3. Admissions, unless memory was so short that a running request was preempted (as vLLM:
@@ -500,9 +517,13 @@ class Scheduler {
     return std::get<2>(*queue_.begin());
   }
 
-  Index chunk(Index pending_tokens) const {
+  // The next prefill chunk of a sequence with `start` tokens computed (aligned, see
+  // prefill_chunk_alignment; may be 0).
+  Index chunk(Index start, Index pending_tokens) const {
     Index n = std::min(pending_tokens, budget_);
     if (c_.max_prefill_chunk > 0) n = std::min(n, c_.max_prefill_chunk);
+    const Index a = c_.prefill_chunk_alignment;
+    if (a > 1 && n < pending_tokens) n = std::max<Index>(0, (start + n) / a * a - start);
     return n;
   }
 
@@ -591,7 +612,7 @@ class Scheduler {
     const Index len = static_cast<Index>(r.tokens.size());
     if (trie_) m = trie_->match(r.params.identity, std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(len - 1)));
     const Index cached = m.tokens;
-    const Index n = c_.chunked_prefill ? chunk(len - cached) : len - cached;
+    const Index n = c_.chunked_prefill ? chunk(cached, len - cached) : len - cached;
     const auto undo = [&] {
       r.table.clear();
       if (trie_ && m.handle.deepest >= 0) trie_->release(m.handle);
