@@ -1,6 +1,6 @@
 #pragma once
-// Helpers of the example tests: the real-checkpoint path, running the llama2c CLI (exit status,
-// stdout + stderr), and numeric fields of its "name value" output lines.
+// Helpers of the example tests: the real-checkpoint path, running a shell command or the llama2c
+// CLI (exit status, output), and numeric fields of its "name value" output lines.
 
 #include <catch2/catch.hpp>
 
@@ -21,10 +21,8 @@ inline std::string test_model() {
   return p ? p : "";
 }
 
-#if defined(INFERKIT_LLAMA2C_BINARY)
-/// Runs the llama2c CLI with `args`; returns (exit status, stdout + stderr).
-inline std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
+/// Runs a shell command; returns (exit status, stdout) (stderr passes through).
+inline std::pair<int, std::string> shell(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
@@ -32,6 +30,12 @@ inline std::pair<int, std::string> run_cli(const std::string& args) {
   while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
   const int status = pclose(p);
   return {WEXITSTATUS(status), out};
+}
+
+#if defined(INFERKIT_LLAMA2C_BINARY)
+/// Runs the llama2c CLI with `args`; returns (exit status, stdout + stderr).
+inline std::pair<int, std::string> run_cli(const std::string& args) {
+  return shell(std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1");
 }
 #endif
 

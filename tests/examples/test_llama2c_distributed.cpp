@@ -4,26 +4,16 @@
 // and on the real checkpoint (when INFERKIT_TEST_MODEL is set).
 #include <catch2/catch.hpp>
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
+#include "cli_util.hpp"
 #include "llama2c/llama2c.hpp"
 
 namespace {
 
-// Runs a shell command; returns (exit status, stdout) (stderr passes through).
-std::pair<int, std::string> shell(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
+using cli_test::shell;
 
 std::string runner() { return INFERKIT_LLAMA2C_BINARY; }
 

@@ -5,36 +5,34 @@
 // INFERKIT_TEST_MODEL is set.
 #include <catch2/catch.hpp>
 
-#include <array>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "cli_util.hpp"
 #include "llama2c/runner.hpp"
 
 using llama2c::Index;
 using llama2c::TokenId;
 
+using cli_test::field;
+using cli_test::run_cli;
+
 namespace {
 
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(INFERKIT_LLAMA2C_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), p)) out += buf.data();
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
-
-double field(const std::string& out, const std::string& name) {
-  const auto at = out.find(name + " ");
-  REQUIRE(at != std::string::npos);
-  return std::stod(out.substr(at + name.size() + 1));
+// The random models of these tests: 2 layers, 4 query / 2 KV heads of 16, vocabulary 300.
+llama2c::Model small_model(std::uint64_t seed) {
+  llama2c::Config c;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 300;
+  c.seq_len = 64;
+  return llama2c::Model::random(c, seed);
 }
 
 // Eval of ids under a paged (quantized) cache or the dense quantized cache with the same specs.
@@ -75,30 +73,14 @@ void check_paged_equals_dense(const llama2c::Model& m, const std::vector<TokenId
 }  // namespace
 
 TEST_CASE("paged quantized KV: eval NLL equals the dense quantized cache's (random model)", "[example][llama2c][quantized]") {
-  llama2c::Config c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 300;
-  c.seq_len = 64;
-  const auto m = llama2c::Model::random(c, 7);
+  const auto m = small_model(7);
   std::vector<TokenId> ids{1};
   for (int i = 0; i < 40; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % 300));
   for (Index page : {1, 5, 16}) check_paged_equals_dense(m, ids, page);
 }
 
 TEST_CASE("generate --prompts with --kv-quant: reused quantized pages give the output of computing them", "[example][llama2c][quantized]") {
-  llama2c::Config c;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 300;
-  c.seq_len = 64;
-  const auto m = llama2c::Model::random(c, 41);
+  const auto m = small_model(41);
   std::vector<TokenId> system;
   for (int i = 0; i < 29; ++i) system.push_back(static_cast<TokenId>((i * 29 + 3) % 300));
   std::vector<std::vector<TokenId>> prompts;
@@ -112,7 +94,7 @@ TEST_CASE("generate --prompts with --kv-quant: reused quantized pages give the o
   s.seed = 5;
   for (const char* preset : {"int8", "kivi4"}) {
     INFO(preset);
-    const auto q = inferkit::kv_quant_preset(preset, c.dim / c.n_heads);
+    const auto q = inferkit::kv_quant_preset(preset, m.config().head_size());
     llama2c::PrefixReuseStats with, without;
     const auto reused = llama2c::serve_prompts(m, prompts, 8, s, 8, "test-model", true, &with, q);
     const auto alone = llama2c::serve_prompts(m, prompts, 8, s, 8, "test-model", false, &without, q);
