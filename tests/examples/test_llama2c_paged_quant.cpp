@@ -23,7 +23,7 @@ using cli_test::run_cli;
 namespace {
 
 // The random models of these tests: 2 layers, 4 query / 2 KV heads of 16, vocabulary 300.
-llama2c::Model small_model(std::uint64_t seed) {
+llama2c::Model paged_test_model(std::uint64_t seed) {
   llama2c::Config c;
   c.dim = 64;
   c.hidden_dim = 96;
@@ -73,14 +73,14 @@ void check_paged_equals_dense(const llama2c::Model& m, const std::vector<TokenId
 }  // namespace
 
 TEST_CASE("paged quantized KV: eval NLL equals the dense quantized cache's (random model)", "[example][llama2c][quantized]") {
-  const auto m = small_model(7);
+  const auto m = paged_test_model(7);
   std::vector<TokenId> ids{1};
   for (int i = 0; i < 40; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % 300));
   for (Index page : {1, 5, 16}) check_paged_equals_dense(m, ids, page);
 }
 
 TEST_CASE("generate --prompts with --kv-quant: reused quantized pages give the output of computing them", "[example][llama2c][quantized]") {
-  const auto m = small_model(41);
+  const auto m = paged_test_model(41);
   std::vector<TokenId> system;
   for (int i = 0; i < 29; ++i) system.push_back(static_cast<TokenId>((i * 29 + 3) % 300));
   std::vector<std::vector<TokenId>> prompts;

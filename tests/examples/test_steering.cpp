@@ -68,7 +68,7 @@ std::vector<float> logits_of(const llama2c::Model& m, const std::vector<TokenId>
 }
 
 // The value after `key` on the "steering ..." line of eval's output.
-double field(const std::string& out, const std::string& key) {
+double steering_field(const std::string& out, const std::string& key) {
   std::istringstream lines(out);
   std::string line;
   while (std::getline(lines, line)) {
@@ -223,22 +223,22 @@ TEST_CASE("steering CLI on the real model: scale 0 shifts nothing, +/- scales mo
                            " --steer-layer 3 --steer-tokens " + std::to_string(top);
   const auto [s0, o0] = run_cli(base + " --steer-scale 0");
   REQUIRE(s0 == 0);
-  CHECK(field(o0, "nll_shift") == 0.0);
-  CHECK(field(o0, "p_set_shift") == 0.0);
-  CHECK(field(o0, "predicted") == 64);
+  CHECK(steering_field(o0, "nll_shift") == 0.0);
+  CHECK(steering_field(o0, "p_set_shift") == 0.0);
+  CHECK(steering_field(o0, "predicted") == 64);
   const auto [s1, o1] = run_cli(base + " --steer-scale 0.25");
   const auto [s2, o2] = run_cli(base + " --steer-scale -0.25");
   REQUIRE(s1 == 0);
   REQUIRE(s2 == 0);
   INFO(o1 << o2);
-  CHECK(field(o1, "p_set_shift") > 0.0);
-  CHECK(field(o2, "p_set_shift") < 0.0);
+  CHECK(steering_field(o1, "p_set_shift") > 0.0);
+  CHECK(steering_field(o2, "p_set_shift") < 0.0);
   // The base NLL is eval's plain streaming NLL.
   const auto [s3, o3] = run_cli("eval --model " + model + " --eval-ids " + e);
   REQUIRE(s3 == 0);
   const auto at = o3.find("mean_nll ");
   REQUIRE(at != std::string::npos);
-  CHECK(field(o0, "nll_base") == Approx(std::stod(o3.substr(at + 9))).margin(1e-6));
+  CHECK(steering_field(o0, "nll_base") == Approx(std::stod(o3.substr(at + 9))).margin(1e-6));
   // Ablation and generation run; generation with scale 0 equals plain generation.
   CHECK(run_cli(base + " --steer-ablate").first == 0);
   const auto plain = run_cli("generate --model " + model + " --temperature 0 --steps 16 --print-ids");

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -34,6 +35,23 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   for (std::size_t i = 0; i < a.size(); ++i)
     if (!(a[i] == b[i])) return false;
   return true;
+}
+
+/// Natural logs of probabilities (logits whose softmax is `p`; log 0 = -inf).
+inline std::vector<float> log_probs(const std::vector<float>& p) {
+  std::vector<float> x;
+  for (float v : p) x.push_back(std::log(v));
+  return x;
+}
+
+/// Softmax of the finite logits (fp64), 0 for -inf.
+inline std::vector<double> softmax(const std::vector<float>& x) {
+  double mx = -INFINITY, z = 0;
+  for (float v : x) mx = std::max(mx, double(v));
+  std::vector<double> p(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) z += (p[i] = std::exp(double(x[i]) - mx));
+  for (double& v : p) v /= z;
+  return p;
 }
 
 }  // namespace test

@@ -14,26 +14,14 @@ using Catch::Contains;
 using inferkit::Index;
 using inferkit::TokenId;
 
+using test::log_probs;
+using test::softmax;
+
 namespace {
 
 // The sort-based references rank the whole row, so the 128k vocabulary runs for a few parameter
 // combinations only (`large`), keeping the binary fast in the asan and scalar presets.
 const std::size_t kVocabs[] = {1, 2, 37, 5000, 128256};
-
-std::vector<float> log_probs(const std::vector<float>& p) {
-  std::vector<float> x;
-  for (float v : p) x.push_back(std::log(v));
-  return x;
-}
-
-std::vector<double> softmax(const std::vector<float>& x) {
-  double mx = -INFINITY, z = 0;
-  for (float v : x) mx = std::max(mx, double(v));
-  std::vector<double> p(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) z += (p[i] = std::exp(double(x[i]) - mx));
-  for (double& v : p) v /= z;
-  return p;
-}
 
 Index kept(const std::vector<float>& x) {
   return std::count_if(x.begin(), x.end(), [](float v) { return v > -INFINITY; });

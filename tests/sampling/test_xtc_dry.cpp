@@ -13,23 +13,11 @@ using Catch::Contains;
 using inferkit::Index;
 using inferkit::TokenId;
 
+using test::log_probs;
+using test::softmax;
+
 namespace {
 
-std::vector<float> log_probs(const std::vector<float>& p) {
-  std::vector<float> x;
-  for (float v : p) x.push_back(std::log(v));
-  return x;
-}
-
-// Softmax of the finite logits (fp64), 0 for -inf.
-std::vector<double> softmax(const std::vector<float>& x) {
-  double mx = -INFINITY, z = 0;
-  for (float v : x) mx = std::max(mx, double(v));
-  std::vector<double> p(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) z += (p[i] = std::exp(double(x[i]) - mx));
-  for (double& v : p) v /= z;
-  return p;
-}
 
 // A history of phrases drawn from a small pool, so repeats of every length occur.
 std::vector<TokenId> phrase_history(std::size_t length, TokenId vocab, unsigned seed) {
