@@ -10,9 +10,11 @@
 //   serving/static       groups of 16 run to completion (the same loop, ServeOptions::static_batch)
 //   serving/continuous   continuous batching, prefix cache, budget 1024 tokens, 64 sequences
 //   serving/continuous/.../deterministic:1   the same in deterministic mode (its cost)
-//   serving/online/{unchunked,chunked}  Poisson arrivals (kOnlineRate requests/s), same budget
-//                        and sequence cap: whole prefills vs chunks of kChunk tokens per request
-//                        per iteration; time between tokens p99 and throughput
+//   serving/online/chunked:{0,1,2}  Poisson arrivals (kOnlineRate requests/s), same budget
+//                        and sequence cap: whole prefills (0) vs chunks of kChunk tokens per
+//                        request per iteration (1) vs at most kPrefillTokens prefill tokens per
+//                        iteration over all requests (2: SchedulerConfig::max_prefill_tokens,
+//                        SGLang's chunked_prefill_size); time between tokens p99 and throughput
 //
 // Every run is one iteration (a whole trace); counters carry the figures. Ratios to the
 // baselines are counters too when the baselines ran first in the same process (the order
@@ -53,6 +55,7 @@ const double kOnlineRate = [] {
   return v && std::atof(v) > 0 ? std::atof(v) : 4.0;
 }();
 const Index kChunk = env_or("INFERKIT_BENCH_SERVING_CHUNK", 32);
+const Index kPrefillTokens = env_or("INFERKIT_BENCH_SERVING_PREFILL_TOKENS", 256);
 // INFERKIT_BENCH_SERVING_CLOCK=cpu: time is the process's CPU time (plus waits for arrivals),
 // a machine of our own for single-threaded runs on a machine shared with other jobs; wall-clock
 // time otherwise.
@@ -176,7 +179,8 @@ void BM_online(benchmark::State& state) {
   auto o = options();
   const bool chunked = state.range(0) != 0;
   o.scheduler.chunked_prefill = chunked;
-  o.scheduler.max_prefill_chunk = chunked ? kChunk : 0;
+  o.scheduler.max_prefill_chunk = state.range(0) == 1 ? kChunk : 0;
+  o.scheduler.max_prefill_tokens = state.range(0) == 2 ? kPrefillTokens : 0;
   llama2c::ServeSummary s;
   for (auto _ : state) s = run(t, o);
   report(state, s);
@@ -193,7 +197,7 @@ BENCHMARK(BM_sequential)->Name("serving/sequential/stories15M")->Iterations(1)->
 BENCHMARK(BM_static)->Name("serving/static/stories15M")->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 BENCHMARK(BM_continuous)->Name("serving/continuous/stories15M")->ArgName("deterministic")->Arg(0)->Arg(1)
     ->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
-BENCHMARK(BM_online)->Name("serving/online/stories15M")->ArgName("chunked")->Arg(0)->Arg(1)
+BENCHMARK(BM_online)->Name("serving/online/stories15M")->ArgName("chunked")->Arg(0)->Arg(1)->Arg(2)
     ->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 }  // namespace

@@ -27,7 +27,8 @@
 //   inferkit-llama2c serve --model M (--trace FILE [--tokenizer T] | --synthetic N [--rate R]
 //       [--shared-prefixes S] [--prefix-len L] [--prompt-len A:B] [--output-len A:B]
 //       [--workload-seed S] [--temperature T] [--top-k K] [--top-p P])
-//       [--max-batched-tokens B] [--max-seqs S] [--chunk C|none] [--page-size P] [--kv-blocks N]
+//       [--max-batched-tokens B] [--max-seqs S] [--chunk C|none] [--max-prefill-tokens T]
+//       [--page-size P] [--kv-blocks N]
 //       [--policy fcfs|lpm] [--deterministic] [--no-prefix-cache] [--static-batch N]
 //       [--kv-quant ...] (quantized pages) [--threads T] [--virtual-time MS] [--out FILE];
 //       see serve.hpp and trace.hpp. Writes one
@@ -488,7 +489,7 @@ int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv, 2,
                {"--model", "--trace", "--tokenizer", "--synthetic", "--rate", "--shared-prefixes", "--prefix-len",
                 "--prompt-len", "--output-len", "--workload-seed", "--temperature", "--top-k", "--top-p",
-                "--max-batched-tokens", "--max-seqs", "--chunk", "--page-size", "--kv-blocks", "--policy",
+                "--max-batched-tokens", "--max-seqs", "--chunk", "--max-prefill-tokens", "--page-size", "--kv-blocks", "--policy",
                 "--static-batch", "--threads", "--virtual-time", "--out", "--kv-quant", "--kv-quant-k", "--kv-quant-v"},
                {"--deterministic", "--no-prefix-cache"});
   if (!a.has("--model")) throw std::invalid_argument("serve needs --model PATH");
@@ -529,6 +530,7 @@ int cmd_serve(int argc, char** argv) {
   const std::string chunk = a.str("--chunk", "0");
   if (chunk == "none") o.scheduler.chunked_prefill = false;
   else o.scheduler.max_prefill_chunk = a.integer("--chunk", 0);
+  o.scheduler.max_prefill_tokens = a.integer("--max-prefill-tokens", 0);
   const std::string policy = a.str("--policy", "fcfs");
   if (policy == "fcfs") o.scheduler.policy = inferkit::SchedulingPolicy::kFcfs;
   else if (policy == "lpm") o.scheduler.policy = inferkit::SchedulingPolicy::kLongestPrefixMatch;

@@ -351,7 +351,7 @@ TEST_CASE("serve CLI: synthetic runs print the summary; a bad trace line exits w
   CHECK(status == 1);
   CHECK(out.find("unknown flag '--vocab-x'") != std::string::npos);
   std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 3 "
-                                  "--max-seqs 3 --max-batched-tokens 8 --page-size 4 --virtual-time 2 --out /dev/null");
+                                  "--max-seqs 3 --max-batched-tokens 8 --max-prefill-tokens 5 --page-size 4 --virtual-time 2 --out /dev/null");
   CHECK(status == 0);
   CHECK(out.find("serve: requests 6 output_tokens") != std::string::npos);
   std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 3 "

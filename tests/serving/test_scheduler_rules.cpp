@@ -103,6 +103,33 @@ TEST_CASE("max_prefill_chunk splits prompts at fixed boundaries; unchunked prefi
   CHECK(u.matches_alone(y));
 }
 
+TEST_CASE("max_prefill_tokens caps an iteration's prefill tokens over all requests, not its decode rows", "[serving]") {
+  test::ServeHarness h(4, 128, {.max_batched_tokens = 24, .max_sequences = 6, .max_prefill_tokens = 7}, true);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 6; ++i) ids.push_back(h.add({.prompt = iota_tokens(5 + 3 * i, static_cast<TokenId>(20 * i)), .max_new_tokens = 6}));
+  bool capped = false, beside = false;
+  while (!h.sched.idle()) {
+    auto& p = h.sched.schedule();
+    Index prefill = 0, decode = 0;
+    for (const auto& s : p.sequences) (s.prefill ? prefill : decode) += s.num_tokens;
+    CHECK(prefill <= 7);
+    capped = capped || prefill == 7;
+    beside = beside || (prefill == 7 && decode >= 2);
+    h.finish_step(p);
+  }
+  CHECK(capped);  // the cap was reached, so it did cut
+  CHECK(beside);  // requests decoded beside a capped prefill (decode rows are not capped)
+  for (RequestId id : ids) CHECK(h.matches_alone(id));
+  using Catch::Matchers::Contains;
+  inferkit::BlockPool<float> pool({1, 1, test::kHeadDim, 4, 16});
+  using S = inferkit::Scheduler<float>;
+  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = -1}), Contains("max_prefill_tokens = -1"));
+  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = 16, .chunked_prefill = false}),
+                    Contains("needs chunked_prefill"));
+  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = 3, .prefill_chunk_alignment = 4}),
+                    Contains("max_prefill_tokens = 3"));
+}
+
 TEST_CASE("prefill_chunk_alignment: unfinished chunks end at multiples of it, after a cached prefix too", "[serving]") {
   // Budget 10 with two decode rows leaves 8, 7 or 9: chunks are cut back to multiples of 4 of
   // the sequence's tokens; the chunk that finishes a prompt ends where the prompt ends.

@@ -17,8 +17,9 @@
 //      uncached token, in admission order (never starved: the budget is >= max_sequences);
 //      then speculative draft rows from what is left (ScheduleOptions, set_draft());
 //   2. partial prefills: running requests still prefilling, in admission order, each chunk
-//      min(remaining prompt, remaining budget, max_prefill_chunk) (cut back to end at a
-//      multiple of prefill_chunk_alignment when it does not finish the prompt);
+//      min(remaining prompt, remaining budget, prefill tokens left of max_prefill_tokens,
+//      max_prefill_chunk), cut back to end at a multiple of prefill_chunk_alignment when it
+//      does not finish the prompt;
 //   3. admissions from the waiting queue by policy while budget, max_sequences and memory
 //      allow; an admission matches and pins the longest cached prefix (whole pages, the
 //      request's ContextIdentity) and schedules its first chunk after it.
@@ -65,6 +66,10 @@ struct SchedulerConfig {
   Index max_batched_tokens = 2048;  ///< token budget: rows fed per iteration (>= max_sequences)
   Index max_sequences = 256;        ///< running requests at most (each gets a decode row every iteration)
   Index max_prefill_chunk = 0;      ///< prefill tokens per request per iteration; 0 = the remaining budget
+  /// Prefill tokens per iteration over all requests (SGLang's chunked_prefill_size, the prefill
+  /// share of Sarathi-Serve's token budget); 0 = the token budget. Bounds an iteration's prefill
+  /// work, hence the time between tokens of the requests decoding beside it. Chunked prefill only.
+  Index max_prefill_tokens = 0;
   bool chunked_prefill = true;      ///< false: a prefill runs whole in one iteration (the unchunked baseline)
   /// > 1: a prefill chunk that does not finish its pending tokens ends at a multiple of this
   /// many tokens of the sequence (it may then wait an iteration). Per-channel quantized keys
@@ -144,6 +149,9 @@ class Scheduler {
     require(c_.max_batched_tokens >= c_.max_sequences, "max_batched_tokens", c_.max_batched_tokens,
             "must be >= max_sequences (" + std::to_string(c_.max_sequences) + "), so every running request's decode row fits");
     require(c_.max_prefill_chunk >= 0, "max_prefill_chunk", c_.max_prefill_chunk, "must be >= 0 (0: the remaining budget)");
+    require(c_.max_prefill_tokens >= 0, "max_prefill_tokens", c_.max_prefill_tokens, "must be >= 0 (0: the token budget)");
+    require(c_.max_prefill_tokens == 0 || c_.chunked_prefill, "max_prefill_tokens", c_.max_prefill_tokens,
+            "needs chunked_prefill (an unchunked prefill runs whole)");
     require(c_.prefill_chunk_alignment >= 0, "prefill_chunk_alignment", c_.prefill_chunk_alignment, "must be >= 0 (0 or 1: none)");
     if (c_.prefill_chunk_alignment > 1 && c_.chunked_prefill) {
       const Index a = c_.prefill_chunk_alignment;
@@ -151,6 +159,8 @@ class Scheduler {
               "must be >= max_sequences + prefill_chunk_alignment - 1 (" + std::to_string(c_.max_sequences + a - 1) +
                   "), so a prefilling request always has room for an aligned chunk");
       require(c_.max_prefill_chunk == 0 || c_.max_prefill_chunk >= a, "max_prefill_chunk", c_.max_prefill_chunk,
+              "must be 0 or >= prefill_chunk_alignment (" + std::to_string(a) + ")");
+      require(c_.max_prefill_tokens == 0 || c_.max_prefill_tokens >= a, "max_prefill_tokens", c_.max_prefill_tokens,
               "must be 0 or >= prefill_chunk_alignment (" + std::to_string(a) + ")");
     }
     require(c_.starvation_iterations >= 0, "starvation_iterations", c_.starvation_iterations, "must be >= 0");
@@ -235,6 +245,7 @@ class Scheduler {
     rows_.clear();
     plan_.preempted.clear();
     budget_ = c_.max_batched_tokens;
+    prefill_left_ = c_.max_prefill_tokens > 0 ? c_.max_prefill_tokens : c_.max_batched_tokens;
 
     // 1. Decode rows, admission order. A running request that cannot get its block evicts trie
     // leaves, then preempts from the most recently admitted (possibly itself).
@@ -520,7 +531,7 @@ class Scheduler {
   // The next prefill chunk of a sequence with `start` tokens computed (aligned, see
   // prefill_chunk_alignment; may be 0).
   Index chunk(Index start, Index pending_tokens) const {
-    Index n = std::min(pending_tokens, budget_);
+    Index n = std::min({pending_tokens, budget_, prefill_left_});
     if (c_.max_prefill_chunk > 0) n = std::min(n, c_.max_prefill_chunk);
     const Index a = c_.prefill_chunk_alignment;
     if (a > 1 && n < pending_tokens) n = std::max<Index>(0, (start + n) / a * a - start);
@@ -569,6 +580,7 @@ class Scheduler {
     r.row = static_cast<Index>(rows_.size());
     rows_.push_back(Row{&r, r.computed, n, 0, prefill, false});
     budget_ -= n;
+    if (prefill) prefill_left_ -= n;
   }
 
   // Drops what a running request holds: trie pins and KV blocks.
@@ -589,6 +601,7 @@ class Scheduler {
       Row& row = rows_[static_cast<std::size_t>(r.row)];
       row.removed = true;
       budget_ += row.n;
+      if (row.prefill) prefill_left_ += row.n;
       r.row = -1;
     }
     running_.pop_back();
@@ -729,7 +742,7 @@ class Scheduler {
   Trie* trie_;
   SchedulerConfig c_;
   Index page_ = 1;
-  Index iteration_ = 0, budget_ = 0;
+  Index iteration_ = 0, budget_ = 0, prefill_left_ = 0;  // this iteration's rows and prefill tokens left
   RequestId next_id_ = 0;
   std::uint64_t admission_seq_ = 0;
   bool in_flight_ = false;
