@@ -5,9 +5,10 @@
 // positions (including the ends of the int32 range).
 // Invariants: attention() and the fp64 reference accept and reject the same arguments; when
 // they run, the output and LSE match the reference (fully masked rows: zeros and -inf) within
-// 1e-4 relative plus what float scores of that magnitude can hold: a score s is a float, so an
-// ALiBi bias at a distance of 2^24 or more (or a huge scale) rounds by a few ulp of |s|, and a
-// per-score error delta moves every softmax weight by at most a factor exp(+-2 delta).
+// 1e-4 relative plus what float scores can hold: a score's float error is a few ulp of
+// sum |q_c k_c| * scale (at most 2 c after a soft-cap c) plus a few ulp of its ALiBi bias (large
+// at distances of 2^24 or more), and a per-score error delta moves every softmax weight by at
+// most a factor exp(+-2 delta).
 
 #include <algorithm>
 #include <cmath>
@@ -100,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (ran != ref_ran) std::fprintf(stderr, "attention: %s\nreference: %s\n", why.c_str(), ref_why.c_str());
   FUZZ_CHECK(ran == ref_ran);
   if (!ran) return 0;
-  // Per (query row, head): delta = 16 ulp-halves of the largest score magnitude over its keys.
+  // Per (query row, head): delta bounds the float error of any of its scores.
   const double scale = opt.scale ? double(*opt.scale) : 1.0 / std::sqrt(double(dq));
   const std::vector<float> alibi = !slopes.empty() ? slopes : opt.alibi ? inferkit::alibi_slopes(hq) : std::vector<float>{};
   const auto key_pos = [&](Index j) { return explicit_kpos ? std::int64_t{kpos[static_cast<std::size_t>(j)]} : std::int64_t{first} + j; };
@@ -110,20 +111,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<double> delta(static_cast<std::size_t>(tq * hq), 0.0);
   for (Index i = 0; i < tq; ++i)
     for (Index h = 0; h < hq; ++h) {
-      double smax = 0.0;
+      // A float dot product errs by a few ulp of sum |q_c k_c| (times the scale), which a
+      // soft-cap (slope <= 1) passes on up to 2 c; the ALiBi bias adds a few ulp of itself.
+      double worst = 0.0;
       for (Index j = 0; j < tk; ++j) {
-        double qk = 0.0;
-        for (Index c = 0; c < d; ++c) qk += double(q[static_cast<std::size_t>((i * hq + h) * dq + c)]) * double(k[static_cast<std::size_t>((j * hkv + h / (hq / hkv)) * d + c)]);
-        double sc = std::abs(qk * scale);
-        if (opt.softcap > 0.0f) sc = std::min(sc, double(opt.softcap));
-        if (!alibi.empty()) sc += std::abs(double(alibi[static_cast<std::size_t>(h)])) * std::abs(double(query_pos(i) - key_pos(j)));
-        smax = std::max(smax, sc);
+        double qk_abs = 0.0;
+        for (Index c = 0; c < d; ++c)
+          qk_abs += std::abs(double(q[static_cast<std::size_t>((i * hq + h) * dq + c)]) * double(k[static_cast<std::size_t>((j * hkv + h / (hq / hkv)) * d + c)]));
+        double err = 16.0 * std::ldexp(qk_abs * scale, -24);
+        if (opt.softcap > 0.0f) err = std::min(err, 2.0 * double(opt.softcap));
+        if (!alibi.empty()) err += 16.0 * std::ldexp(std::abs(double(alibi[static_cast<std::size_t>(h)])) * std::abs(double(query_pos(i) - key_pos(j))), -24);
+        worst = std::max(worst, err);
       }
-      delta[static_cast<std::size_t>(i * hq + h)] = 16.0 * std::ldexp(smax, -24);
+      delta[static_cast<std::size_t>(i * hq + h)] = worst;
     }
   // Scores (or the scaled query) beyond the float range overflow, as in any float kernel: the
   // result is unspecified there (options.hpp), so only acceptance is compared.
-  double qmax = 0.0, kmax = 0.0, dmax = 0.0;
+  double qmax = 0.0, kmax = 0.0, dmax = 0.0;  // dmax: the largest delta
   for (float x : q) qmax = std::max(qmax, double(std::abs(x)));
   for (float x : k) kmax = std::max(kmax, double(std::abs(x)));
   for (double x : delta) dmax = std::max(dmax, x);

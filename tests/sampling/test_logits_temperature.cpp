@@ -54,3 +54,23 @@ TEST_CASE("temperature divides; zero is greedy with ties to the lowest id", "[sa
   CHECK_THROWS_WITH(inferkit::apply_temperature(x, -0.5f), Contains("temperature = -0.5"));
   CHECK_THROWS_WITH(inferkit::apply_temperature(x, std::nanf("")), Contains("temperature = nan"));
 }
+
+TEST_CASE("a temperature so small that max / T overflows keeps the softmax: the maxima share it", "[sampling][temperature]") {
+  // Closed form as T -> 0+: the tied maxima (ids 1 and 3, and 61 and 97 in the long row) get
+  // equal shares, everything else 0 (2.9999 is 1e-4 / T = -1e34 below: exp underflows to 0).
+  for (std::size_t n : {std::size_t{5}, std::size_t{100}}) {
+    std::vector<float> x(n, -2.0f);
+    x[0] = 1.0f;
+    x[1] = x[3] = 3.0f;
+    x[2] = -INFINITY;
+    x[4] = 2.9999f;
+    if (n == 100) x[61] = x[97] = 3.0f;
+    auto ref = x;
+    inferkit::apply_temperature(x, 1e-38f);
+    inferkit::reference::temperature(ref, 1e-38f);
+    CHECK(test::same_bits(x, ref));
+    const auto p = test::softmax(x);
+    const double share = n == 100 ? 0.25 : 0.5;
+    for (std::size_t i = 0; i < n; ++i) CHECK(p[i] == ((i == 1 || i == 3 || i == 61 || i == 97) ? share : 0.0));
+  }
+}

@@ -48,7 +48,10 @@ inline void temperature(std::span<float> x, float t) {
     keep_only(x, {ranked(x).front()});
     return;
   }
-  for (float& v : x) v /= t;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : x) mx = std::max(mx, v);
+  const float shift = std::isfinite(mx / t) ? 0.0f : mx;  // a tiny T: (x - max) / T, same softmax
+  for (float& v : x) v = (v - shift) / t;
 }
 
 inline void top_k(std::span<float> x, Index k) {

@@ -1,6 +1,9 @@
 #pragma once
 // Temperature: logits / T for T > 0 (Hugging Face and llama.cpp divide, so do we). T == 0 means
 // greedy: only the argmax survives, ties going to the lowest id. T < 0 or non-finite is an error.
+// A T so small that max / T overflows divides (logits - max) / T instead (the same softmax: the
+// maximum becomes 0, the rest -inf or finite), where plain division would give +inf logits and a
+// NaN distribution (found by fuzzing: min_p(1) then T = 1.2e-38).
 
 #include <cmath>
 #include <span>
@@ -24,13 +27,18 @@ inline void apply_temperature(Candidates& c, float temperature) {
   }
   if (temperature == 1.0f) return;
   std::span<float> x = c.logits();
+  const float mx = c.summary().max;
+  const float shift = std::isfinite(mx / temperature) ? 0.0f : mx;  // see the header comment
   if (c.dense()) {
-    const simd::VecF t = simd::broadcast(temperature);
+    const simd::VecF t = simd::broadcast(temperature), sh = simd::broadcast(shift);
     std::size_t i = 0;
-    for (; i + simd::kWidth <= x.size(); i += simd::kWidth) simd::store(x.data() + i, simd::load(x.data() + i) / t);
-    for (; i < x.size(); ++i) x[i] /= temperature;
+    if (shift == 0.0f)
+      for (; i + simd::kWidth <= x.size(); i += simd::kWidth) simd::store(x.data() + i, simd::load(x.data() + i) / t);
+    else
+      for (; i + simd::kWidth <= x.size(); i += simd::kWidth) simd::store(x.data() + i, (simd::load(x.data() + i) - sh) / t);
+    for (; i < x.size(); ++i) x[i] = (x[i] - shift) / temperature;
   } else {
-    for (TokenId id : c.ids()) x[id] /= temperature;
+    for (TokenId id : c.ids()) x[id] = (x[id] - shift) / temperature;
   }
   c.logits_changed();
 }
