@@ -90,11 +90,16 @@ class Candidates {
   /// Writes -inf to every token outside the set.
   void materialize() {
     if (dense_) return;
+    // ids_ ascend: -inf into the gaps between them, one write pass and no copy of the kept.
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    std::vector<float> kept(ids_.size());
-    for (std::size_t j = 0; j < ids_.size(); ++j) kept[j] = logits_[ids_[j]];
-    std::fill(logits_.begin(), logits_.end(), neg_inf);
-    for (std::size_t j = 0; j < ids_.size(); ++j) logits_[ids_[j]] = kept[j];
+    std::size_t next = 0;
+    for (TokenId id : ids_) {
+      const auto i = static_cast<std::size_t>(id);
+      if (i < next) continue;  // a repeated id
+      std::fill(logits_.begin() + static_cast<std::ptrdiff_t>(next), logits_.begin() + static_cast<std::ptrdiff_t>(i), neg_inf);
+      next = i + 1;
+    }
+    std::fill(logits_.begin() + static_cast<std::ptrdiff_t>(next), logits_.end(), neg_inf);
   }
 
  private:

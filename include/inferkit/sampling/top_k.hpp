@@ -60,6 +60,10 @@ inline std::vector<TokenId> select_top_k_dense(std::span<const float> x, Index k
 
 inline void apply_top_k(Candidates& c, Index k) {
   if (k <= 0 || k >= c.vocab_size()) return;
+  if (k == 1) {  // the summary's argmax is the first in decoding order: no pass at all
+    c.restrict_to({c.summary().argmax});
+    return;
+  }
   if (c.dense()) {
     c.restrict_to(detail::select_top_k_dense(c.logits(), k));
     return;
