@@ -3,12 +3,15 @@
 // random rows (dense and list paths) and bad parameters.
 #include "sampling/sampling_test_util.hpp"
 
+#include <functional>
+
 #include "inferkit/sampling/dynamic_temperature.hpp"
 #include "inferkit/sampling/epsilon_eta.hpp"
 #include "inferkit/sampling/mirostat.hpp"
 #include "inferkit/sampling/top_k.hpp"
 #include "inferkit/sampling/top_n_sigma.hpp"
 #include "inferkit/sampling/top_p.hpp"
+#include "inferkit/sampling/xtc.hpp"
 
 using Catch::Contains;
 using inferkit::Index;
@@ -152,6 +155,82 @@ TEST_CASE("epsilon and eta equal the sort-based definitions, ties at the min_kee
     const auto m = inferkit::detail::candidate_mass(c, c.summary().max, true);
     CHECK(m.entropy() == Approx(inferkit::reference::entropy(x)).epsilon(1e-6));
   }
+}
+
+// Epsilon, eta, Mirostat v2 and XTC take Z from a float-block pass and fall back to the exact
+// double pass only when a weight lies within the pass's error bound of the threshold
+// (detail/mass_threshold.hpp). Here one token's logit is walked float by float across the
+// threshold (the row's other weights fixed), so some steps put its weight inside that bound:
+// every step must keep what the reference keeps with its sequential double Z. (Deciding those
+// steps on the float-block Z alone fails this test.)
+TEST_CASE("probability floors keep the exact set when a weight sits at the threshold", "[sampling][epsilon][eta][mirostat][xtc]") {
+  using inferkit::reference::mass;
+  using inferkit::reference::ranked;
+  const auto weight = [](const std::vector<float>& x, TokenId id) {
+    return inferkit::exp_weight(x[static_cast<std::size_t>(id)], *std::max_element(x.begin(), x.end()));
+  };
+  const auto z_of = [](const std::vector<float>& x) {
+    return mass(x, ranked(x), *std::max_element(x.begin(), x.end()));
+  };
+  const auto entropy_of = [](const std::vector<float>& x) {  // the reference's log Z - sum w (l - max) / Z
+    const float max = *std::max_element(x.begin(), x.end());
+    double z = 0.0, wl = 0.0;
+    for (TokenId id : ranked(x)) {
+      const double w = inferkit::exp_weight(x[static_cast<std::size_t>(id)], max);
+      z += w;
+      if (w > 0.0) wl += w * double(x[static_cast<std::size_t>(id)] - max);
+    }
+    return std::log(z) - wl / z;
+  };
+  // Each rule: its fast in-place call, the reference, and the float threshold the reference uses.
+  struct Rule {
+    const char* name;
+    std::function<void(std::vector<float>&)> fast, ref;
+    std::function<float(const std::vector<float>&)> threshold;
+  };
+  // Parameters put the threshold near weight 0.2 of a N(0, 1) row of 4,096 (Z about 200), where
+  // one float step of a logit near 2 moves its weight by about 2.4e-7: within the bound.
+  const float eps = 1e-3f, mu = 10.0f, xtc_threshold = 1e-3f;
+  const inferkit::Xtc xtc{xtc_threshold, 1.0f, 1};
+  const std::vector<Rule> rules = {
+      {"epsilon", [&](std::vector<float>& x) { inferkit::apply_epsilon_cutoff(std::span<float>(x), {eps, 1}); },
+       [&](std::vector<float>& x) { inferkit::reference::epsilon_cutoff(x, {eps, 1}); },
+       [&](const std::vector<float>& x) { return static_cast<float>(double(eps) * z_of(x)); }},
+      {"eta", [&](std::vector<float>& x) { inferkit::apply_eta_cutoff(std::span<float>(x), {0.5f, 1}); },
+       [&](std::vector<float>& x) { inferkit::reference::eta_cutoff(x, {0.5f, 1}); },
+       [&](const std::vector<float>& x) {
+         return static_cast<float>(std::min(0.5, std::sqrt(0.5) * std::exp(-entropy_of(x))) * z_of(x));
+       }},
+      {"mirostat v2", [&](std::vector<float>& x) { inferkit::apply_mirostat(std::span<float>(x), {.version = 2}, mu); },
+       [&](std::vector<float>& x) { inferkit::reference::mirostat(x, {.version = 2}, mu); },
+       [&](const std::vector<float>& x) { return static_cast<float>(z_of(x) * std::exp2(-double(mu))); }},
+      {"xtc", [&](std::vector<float>& x) { inferkit::apply_xtc(std::span<float>(x), xtc, inferkit::CounterRng(1), 0); },
+       [&](std::vector<float>& x) { inferkit::reference::xtc(x, xtc, 0.0); },
+       [&](const std::vector<float>& x) { return static_cast<float>(double(xtc_threshold) * z_of(x)); }},
+  };
+  for (const Rule& rule : rules)
+    for (unsigned seed = 1; seed <= 6; ++seed) {
+      INFO(rule.name << ", seed " << seed);
+      auto x = test::random_logits(4096, 900 + seed, 1.0f);
+      const TokenId probe = 5;
+      const float max = *std::max_element(x.begin(), x.end());
+      for (int it = 0; it < 6; ++it) x[probe] = max + std::log(rule.threshold(x));  // Z depends on the probe
+      REQUIRE(x[probe] < max);
+      const float centre = x[probe];
+      int below = 0, at_or_above = 0;
+      for (int step = -24; step <= 24; ++step) {
+        float l = centre;
+        for (int k = 0; k < std::abs(step); ++k) l = std::nextafter(l, step > 0 ? INFINITY : -INFINITY);
+        x[probe] = l;
+        (weight(x, probe) >= rule.threshold(x) ? at_or_above : below) += 1;
+        auto a = x, r = x;
+        rule.fast(a);
+        rule.ref(r);
+        CHECK(test::same_bits(a, r));
+      }
+      CHECK(below > 0);  // the walk crossed the threshold
+      CHECK(at_or_above > 0);
+    }
 }
 
 TEST_CASE("epsilon and eta reject bad parameters", "[sampling][epsilon][eta][errors]") {

@@ -11,7 +11,8 @@
 //
 // Sort-free: one pass gives Z (and the entropy term), then the tokens with w_i >= threshold * Z
 // are kept by min-p's machinery (one compare per logit outside a rounding band, the exact weight
-// inside it).
+// inside it). The pass sums in float blocks; the exact double pass runs only when a weight lies
+// within its error bound of the threshold (detail/mass_threshold.hpp), so the kept set is exact.
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "inferkit/sampling/candidates.hpp"
 #include "inferkit/sampling/detail/collect.hpp"
 #include "inferkit/sampling/detail/mass.hpp"
+#include "inferkit/sampling/detail/mass_threshold.hpp"
 #include "inferkit/sampling/min_p.hpp"
 #include "inferkit/sampling/top_k.hpp"
 #include "inferkit/sampling/top_p.hpp"
@@ -79,12 +81,14 @@ inline void keep_top_k_with_ties(Candidates& c, Index k) {
   c.restrict_to(std::move(ids));
 }
 
-/// Keeps the tokens with p >= floor_p (w >= floor_p * Z), or HF's min_keep set when that is
-/// larger (both are upper sets in logit order, so their union is the larger of the two).
-inline void keep_probability_at_least(Candidates& c, float max, const CandidateMass& m, double floor_p,
-                                      Index min_keep) {
-  const float t = static_cast<float>(floor_p * m.z);
-  if (!keep_weight_at_least(c, max, t, min_keep)) keep_top_k_with_ties(c, min_keep);
+/// Keeps the tokens with p >= floor_p(m) (w >= floor_p(m) * Z, m the candidates' mass, with
+/// the entropy term when `with_entropy`), or HF's min_keep set when that is larger (both are
+/// upper sets in logit order, so their union is the larger of the two).
+template <class FloorOfMass>
+void keep_probability_at_least(Candidates& c, float max, bool with_entropy, const FloorOfMass& floor_p,
+                               Index min_keep) {
+  const auto threshold = [&](const CandidateMass& m) { return floor_p(m) * m.z; };
+  if (!keep_weight_at_least_of_mass(c, max, with_entropy, threshold, min_keep)) keep_top_k_with_ties(c, min_keep);
 }
 
 }  // namespace detail
@@ -97,17 +101,17 @@ inline double eta_floor(float epsilon, double entropy) {
 /// Epsilon sampling on the candidates.
 inline void apply_epsilon_cutoff(Candidates& c, const EpsilonCutoff& q) {
   validate_cutoff(q.epsilon, q.min_keep, "epsilon_cutoff");
-  const float max = c.summary().max;
-  const detail::CandidateMass m = detail::candidate_mass(c, max, false, false);
-  detail::keep_probability_at_least(c, max, m, double(q.epsilon), q.min_keep);
+  detail::keep_probability_at_least(c, c.summary().max, false, [&](const detail::CandidateMass&) { return double(q.epsilon); },
+                                    q.min_keep);
 }
 
 /// Eta sampling on the candidates.
 inline void apply_eta_cutoff(Candidates& c, const EtaCutoff& q) {
   validate_cutoff(q.epsilon, q.min_keep, "eta_cutoff");
-  const float max = c.summary().max;
-  const detail::CandidateMass m = detail::candidate_mass(c, max, true, false);
-  detail::keep_probability_at_least(c, max, m, eta_floor(q.epsilon, m.entropy()), q.min_keep);
+  // floor * Z = min(epsilon Z, sqrt(epsilon) e^(wl / Z)): increasing in Z and in wl (<= 0).
+  detail::keep_probability_at_least(
+      c, c.summary().max, true, [&](const detail::CandidateMass& m) { return eta_floor(q.epsilon, m.entropy()); },
+      q.min_keep);
 }
 
 /// In place on one row; filtered tokens become -inf.

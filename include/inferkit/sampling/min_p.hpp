@@ -48,12 +48,18 @@ inline WeightCut weight_cut(float max, float t) {
   return {max + lt - margin, max + lt + margin};
 }
 
-/// Keeps, in place and in order, the ids whose weight simd::exp(l - max) is at least t: the exact
-/// test, with the weights of the gathered logits computed in one SIMD pass.
-inline void keep_ids_with_weight_at_least(std::vector<TokenId>& ids, std::span<const float> x, float max, float t) {
+/// Weights simd::exp(l - max) of the given ids, in their order (one SIMD pass over a gather).
+inline std::vector<float> weights_of(const std::vector<TokenId>& ids, std::span<const float> x, float max) {
   std::vector<float> w(ids.size());
   for (std::size_t j = 0; j < ids.size(); ++j) w[j] = x[static_cast<std::size_t>(ids[j])];
   simd::exp_shifted(w.data(), w.data(), w.size(), max);
+  return w;
+}
+
+/// Keeps, in place and in order, the ids whose weight simd::exp(l - max) is at least t: the exact
+/// test, with the weights of the gathered logits computed in one SIMD pass.
+inline void keep_ids_with_weight_at_least(std::vector<TokenId>& ids, std::span<const float> x, float max, float t) {
+  const std::vector<float> w = weights_of(ids, x, max);
   std::size_t k = 0;
   for (std::size_t j = 0; j < ids.size(); ++j)
     if (w[j] >= t) ids[k++] = ids[j];

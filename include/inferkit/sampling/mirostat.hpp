@@ -27,6 +27,7 @@
 #include "inferkit/core/error.hpp"
 #include "inferkit/sampling/candidates.hpp"
 #include "inferkit/sampling/detail/mass.hpp"
+#include "inferkit/sampling/detail/mass_threshold.hpp"
 #include "inferkit/sampling/min_p.hpp"
 #include "inferkit/sampling/top_k.hpp"
 
@@ -72,9 +73,9 @@ inline void apply_mirostat(Candidates& c, const Mirostat& q, float mu) {
   const float max = c.summary().max;
   const auto x = c.logits();
   if (q.version == 2) {
-    const detail::CandidateMass m = detail::candidate_mass(c, max, false, false);
-    const float t = static_cast<float>(m.z * std::exp2(-double(mu)));
-    if (!detail::keep_weight_at_least(c, max, t, 1)) apply_top_k(c, 1);
+    const double scale = std::exp2(-double(mu));
+    const auto threshold = [&](const detail::CandidateMass& m) { return m.z * scale; };
+    if (!detail::keep_weight_at_least_of_mass(c, max, false, threshold, 1)) apply_top_k(c, 1);
     return;
   }
   // v1: the m best, ranked.

@@ -15,7 +15,8 @@
 // words 0-1, so the coin and the draw are independent and (seed, stream, draw_index) fixes both
 // on any thread. Sort-free: one collection of the tokens with w >= threshold (a superset, since
 // Z >= 1); unless two of them carry enough mass to pass, the rule stops there; otherwise one pass
-// computes Z and the exact set is taken from the collected ones.
+// computes Z (float blocks, exact where it matters: detail/mass_threshold.hpp) and the exact set
+// is taken from the collected ones.
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "inferkit/core/philox.hpp"
 #include "inferkit/sampling/candidates.hpp"
 #include "inferkit/sampling/detail/mass.hpp"
+#include "inferkit/sampling/detail/mass_threshold.hpp"
 #include "inferkit/sampling/min_p.hpp"
 
 namespace inferkit {
@@ -65,28 +67,30 @@ inline void apply_xtc(Candidates& c, const Xtc& q, double u) {
   // cannot fire and the pass over every weight is skipped (the usual case when no token is
   // dominant). The bound carries a 1e-9 margin for summation order.
   std::vector<TokenId> top;
+  Index count = 0;  // candidates, needed only for min_keep > 1
   if (q.threshold > 0.0f) {
     top = detail::ids_with_weight_at_least(c, max, q.threshold);
     if (top.size() < 2) return;
-    std::vector<float> w(top.size());
-    for (std::size_t j = 0; j < top.size(); ++j) w[j] = c.logits()[static_cast<std::size_t>(top[j])];
-    simd::exp_shifted(w.data(), w.data(), w.size(), max);
+    const std::vector<float> w = detail::weights_of(top, c.logits(), max);
     const double bound = double(q.threshold) * simd::sum_as_double(w.data(), w.size()) * (1.0 - 1e-9);
     if (std::count_if(w.begin(), w.end(), [&](float v) { return double(v) >= bound; }) < 2) return;
-  }
-  // The candidate count matters only for min_keep > 1 (two or more above the threshold already
-  // means two or more candidates), so the dense pass counts only then.
-  const detail::CandidateMass m = detail::candidate_mass(c, max, false, q.min_keep > 1);
-  const float t = static_cast<float>(double(q.threshold) * m.z);
-  if (t > 0.0f) {  // t >= threshold: the exact set is within the prefiltered one
-    const auto x = c.logits();
-    detail::keep_ids_with_weight_at_least(top, x, max, t);
+    // t = threshold * Z >= threshold (Z >= 1), so `top` holds every token reaching it; the mass
+    // comes from the float-block pass unless a weight of `top` lies within its error bound of
+    // t (detail/mass_threshold.hpp).
+    const auto threshold = [&](const detail::CandidateMass& m) { return double(q.threshold) * m.z; };
+    detail::BracketedThreshold b = detail::bracket_threshold(c, max, false, threshold);
+    b.lo = std::max(b.lo, q.threshold);
+    b.hi = std::max(b.hi, b.lo);
+    detail::keep_ids_reaching_threshold(top, w, b, [&] {
+      return static_cast<float>(threshold(detail::candidate_mass(c, max, false, false)));
+    });
+    count = b.mass.count;
   } else {
-    top.clear();
     c.for_each([&](TokenId id) { top.push_back(id); });  // threshold 0: every candidate
+    count = static_cast<Index>(top.size());
   }
   if (top.size() < 2) return;
-  if (q.min_keep > 1 && m.count - static_cast<Index>(top.size()) + 1 < q.min_keep) return;
+  if (q.min_keep > 1 && count - static_cast<Index>(top.size()) + 1 < q.min_keep) return;
   // The one kept: last in decoding order (lowest logit, then highest id).
   const auto x = c.logits();
   TokenId keep = top.front();

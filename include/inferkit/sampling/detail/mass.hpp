@@ -6,7 +6,9 @@
 // Sums are taken in double; each term is a float weight (or the double product of a float weight
 // and a float difference), so results differ from any other summation order only in the last
 // bits of a double. Used by the rules that need probabilities but no ranking: XTC, epsilon, eta,
-// dynamic temperature, Mirostat v2.
+// dynamic temperature, Mirostat v2. float_block_mass is the cheaper pass with float partial
+// sums and a stated error bound: dynamic temperature uses it as is, the probability floors
+// through detail/mass_threshold.hpp (exact wherever a weight is near the threshold).
 
 #include <algorithm>
 #include <cmath>
@@ -109,12 +111,30 @@ inline CandidateMass candidate_mass(const Candidates& c, float max, bool with_en
   return with_count ? candidate_mass_impl<false, true>(c, max) : candidate_mass_impl<false, false>(c, max);
 }
 
-/// Count, Z and sum w (l - max) for rules whose result moves continuously with them (dynamic
-/// temperature: no keep / drop boundary rides on Z). The dense AVX-512 pass sums in float within
-/// blocks of 1,024 tokens (32 terms per lane and accumulator, relative error below 2e-6) and
-/// adds the block sums in double: the widening to double is about a third of the exact pass.
-/// Other paths are the exact pass.
-inline CandidateMass candidate_entropy_mass(const Candidates& c, float max) {
+/// Bound on the relative error of float_block_mass's z and wl against the exact pass's (both
+/// are sums of same-sign terms). Every float partial sum holds 8 terms, each through at most 4
+/// roundings for z (three adds in its accumulator, one to combine the two accumulators) and 5
+/// for wl (fused multiply-adds, no separate product rounding): gamma_5 = 5u / (1 - 5u) = 2.98e-7
+/// of the sum (u = 2^-24; Higham, Accuracy and Stability of Numerical Algorithms, section 4.2).
+/// The double sums of either pass add at most 2^24 * 2^-53 = 1.9e-9 each at 2^24 tokens.
+inline constexpr double kFloatBlockMassRelativeError = 3.1e-7;
+
+/// True when float_block_mass runs its fast pass for these candidates (a dense row with
+/// AVX-512); otherwise it is the exact pass.
+inline bool has_float_block_mass(const Candidates& c) {
+#if defined(__AVX512F__)
+  if constexpr (simd::kWidth == 16) return c.dense();
+#endif
+  (void)c;
+  return false;
+}
+
+/// Count, Z and (when kWithEntropy) sum w (l - max) with the float weights summed in float over
+/// blocks of 128 tokens and the block sums added in double: the widening to double of every
+/// weight is about a third of the exact pass. z and wl are within kFloatBlockMassRelativeError
+/// of the exact pass's when has_float_block_mass(c), equal to them otherwise; the count is exact.
+template <bool kWithEntropy>
+CandidateMass float_block_mass(const Candidates& c, float max) {
 #if defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
     if (c.dense()) {
@@ -123,9 +143,14 @@ inline CandidateMass candidate_entropy_mass(const Candidates& c, float max) {
       const std::size_t n = x.size();
       constexpr float kNegInf = -std::numeric_limits<float>::infinity();
       const __m512 vmax = _mm512_set1_ps(max), vneg = _mm512_set1_ps(kNegInf);
+      __m512d zd0 = _mm512_setzero_pd(), zd1 = zd0, hd0 = zd0, hd1 = zd0;
+      const auto widen_add = [](__m512 a, __m512d& lo, __m512d& hi) {
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(a)));
+        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+      };
       std::uint64_t count = 0;
-      for (std::size_t b0 = 0; b0 < n; b0 += 1024) {
-        const std::size_t end = std::min(n, b0 + 1024);
+      for (std::size_t b0 = 0; b0 < n; b0 += 128) {
+        const std::size_t end = std::min(n, b0 + 128);
         __m512 z0 = _mm512_setzero_ps(), z1 = z0, h0 = z0, h1 = z0;
         for (std::size_t i = b0; i < end; i += 16) {
           const auto left = static_cast<unsigned>(std::min<std::size_t>(16, end - i));
@@ -135,32 +160,29 @@ inline CandidateMass candidate_entropy_mass(const Candidates& c, float max) {
           const __m512 e = simd::exp_nonpositive(simd::VecF(d));
           const __mmask16 fin = _mm512_cmp_ps_mask(l, vneg, _CMP_NEQ_OQ);
           count += static_cast<std::uint64_t>(__builtin_popcount(fin));
-          const __m512 ed = _mm512_maskz_mul_ps(fin, e, d);  // filtered lanes: 0, not 0 * -inf
-          if ((i - b0) & 16) {
+          if ((i - b0) & 16) {  // filtered lanes add nothing (0 * -inf would be NaN)
             z1 = _mm512_add_ps(z1, e);
-            h1 = _mm512_add_ps(h1, ed);
+            if constexpr (kWithEntropy) h1 = _mm512_mask3_fmadd_ps(e, d, h1, fin);
           } else {
             z0 = _mm512_add_ps(z0, e);
-            h0 = _mm512_add_ps(h0, ed);
+            if constexpr (kWithEntropy) h0 = _mm512_mask3_fmadd_ps(e, d, h0, fin);
           }
         }
-        const auto widen_sum = [](__m512 a, __m512 b) {
-          const __m512d lo = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
-                                           _mm512_cvtps_pd(_mm512_castps512_ps256(b)));
-          const __m512d hi = _mm512_add_pd(
-              _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))),
-              _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1))));
-          return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
-        };
-        m.z += widen_sum(z0, z1);
-        m.wl += widen_sum(h0, h1);
+        widen_add(_mm512_add_ps(z0, z1), zd0, zd1);
+        if constexpr (kWithEntropy) widen_add(_mm512_add_ps(h0, h1), hd0, hd1);
       }
+      m.z = _mm512_reduce_add_pd(_mm512_add_pd(zd0, zd1));
+      if constexpr (kWithEntropy) m.wl = _mm512_reduce_add_pd(_mm512_add_pd(hd0, hd1));
       m.count = static_cast<Index>(count);
       return m;
     }
   }
 #endif
-  return candidate_mass(c, max, true, true);
+  return candidate_mass(c, max, kWithEntropy, true);
 }
+
+/// Count, Z and sum w (l - max) for rules whose result moves continuously with them (dynamic
+/// temperature: no keep / drop boundary rides on Z), by the float-block pass.
+inline CandidateMass candidate_entropy_mass(const Candidates& c, float max) { return float_block_mass<true>(c, max); }
 
 }  // namespace inferkit::detail
