@@ -48,7 +48,7 @@ struct Int4FloatInput {
 
 /// int8 activations prepared once per call.
 struct Int4Q8Input {
-  const std::int8_t* q;   // padded_cols codes (0 past cols)
+  const std::int8_t* q;   // padded_cols codes (0 past cols); AVX-512: pair_q8_chunks' order
   const float* d;         // padded_cols / 32 block scales (0 past cols)
   const float* dq_group;  // per weight group: sum over its blocks of d_b * Q_b
 };
@@ -290,16 +290,40 @@ inline void int4_rows_q8_avx512(const Int4Weights& w, Index n0, const Int4Q8Inpu
       else acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[r][1]);
     }
   };
-  Index c = 0;  // two chunks per iteration into separate accumulators (static indices: registers)
-  for (; c + 2 <= chunks; c += 2) {
-    chunk(c, 0);
-    chunk(c + 1, 1);
-  }
-  if (c < chunks) chunk(c, 0);
+  // Two chunks (128 codes, one 512-bit load) at a time: low nibbles of both give blocks 2c and
+  // 2c + 2, high nibbles blocks 2c + 1 and 2c + 3, against activations stored in that order
+  // (pair_q8_chunks); one 128-bit load of sd[2c..2c+3] feeds both scale vectors. 13 instructions
+  // per row and 128 codes instead of 20 for two single chunks.
+  const __m512i lo4x2 = _mm512_set1_epi8(0xF);
+  const __m512i lo_blocks = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  const __m512i hi_blocks = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+  const auto pair = [&](Index c) {
+    const __m512i qlo = _mm512_loadu_si512(in.q + c * 64), qhi = _mm512_loadu_si512(in.q + c * 64 + 64);
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512i packed = _mm512_loadu_si512(codes[r] + c * 32);
+      const __m512i lo = _mm512_and_si512(packed, lo4x2), hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), lo4x2);
+      const __m512i plo = dpbusd(_mm512_setzero_si512(), lo, qlo), phi = dpbusd(_mm512_setzero_si512(), hi, qhi);
+      const __m512 s4 = _mm512_broadcast_f32x4(_mm_loadu_ps(sd[r] + 2 * c));
+      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(plo), _mm512_permutexvar_ps(lo_blocks, s4), acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(phi), _mm512_permutexvar_ps(hi_blocks, s4), acc[r][1]);
+    }
+  };
+  Index c = 0;
+  for (; c + 2 <= chunks; c += 2) pair(c);
+  if (c < chunks) chunk(c, 0);  // an odd last chunk keeps the plain order
   #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
     main[r] = _mm512_reduce_add_ps(
         _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), int4_zero_term_avx512(s.zeros(r), in.dq_group, s.groups)));
+}
+
+/// Reorders Q8 activation codes for int4_rows_q8_avx512: in every pair of 64-feature chunks
+/// (128 codes) the middle quarters swap, giving [chunk c low half, chunk c+1 low half, chunk c
+/// high half, chunk c+1 high half] (an odd last chunk stays as it is).
+inline void pair_q8_chunks(std::int8_t* q, Index padded_cols) {
+  const Index chunks = padded_cols / Int4Weights::kChunk;
+  for (Index c = 0; c + 2 <= chunks; c += 2) std::swap_ranges(q + c * 64 + 32, q + c * 64 + 64, q + c * 64 + 64);
 }
 #endif
 
