@@ -25,6 +25,10 @@
 
 namespace inferkit::simd {
 
+/// The range of exp (every width): kExpLo is the first float above ln(FLT_MIN) = -126 ln 2, so
+/// every nonzero result is normal; below it exp gives 0. Above kExpHi it gives +inf.
+inline constexpr float kExpLo = -87.33654022216796875f, kExpHi = 88.7228394f;
+
 #if defined(INFERKIT_SIMD_XSIMD)
 
 using Arch = xsimd::default_arch;
@@ -40,12 +44,10 @@ inline VecF fma(VecF a, VecF b, VecF c) { return xsimd::fma(a, b, c); }  // a * 
 inline VecF max(VecF a, VecF b) { return xsimd::max(a, b); }
 inline VecF min(VecF a, VecF b) { return xsimd::min(a, b); }
 /// e^x within 2 ulp on [kExpLo, kExpHi], 0 below (no subnormal results), +inf above, NaN kept.
-/// kExpLo is the first float above ln(FLT_MIN) = -126 ln 2, so every nonzero result is normal.
 /// Generic widths, Cephes-style: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-7
 /// polynomial, and 2^n applied as two normal factors so the whole range stays exact. About
 /// three times faster than xsimd's exp, which matters because softmax kernels call it once per
 /// score. AVX-512 uses a table instead (detail::exp_table: 1.07 ulp, 13% fewer cycles).
-inline constexpr float kExpLo = -87.33654022216796875f, kExpHi = 88.7228394f;
 #if defined(__AVX512F__)
 namespace detail {
 // e^x for x in [kExpLo, kExpHi] as v * 2^floor(k / 16), v = 2^((k mod 16) / 16) e^r in
@@ -204,8 +206,8 @@ inline VecF broadcast(float x) { return {x}; }
 inline VecF fma(VecF a, VecF b, VecF c) { return {std::fma(a.v, b.v, c.v)}; }
 inline VecF max(VecF a, VecF b) { return {a.v > b.v ? a.v : b.v}; }
 inline VecF min(VecF a, VecF b) { return {a.v < b.v ? a.v : b.v}; }
-inline VecF exp(VecF v) { return {std::exp(v.v)}; }
-inline VecF exp_nonpositive(VecF v) { return {std::exp(v.v)}; }
+inline VecF exp(VecF v) { return {v.v < kExpLo ? 0.0f : std::exp(v.v)}; }  // 0, not a subnormal, below
+inline VecF exp_nonpositive(VecF v) { return exp(v); }
 inline VecF tanh(VecF v) { return {std::tanh(v.v)}; }
 inline VecF select(MaskF m, VecF a, VecF b) { return m ? a : b; }
 inline bool any(MaskF m) { return m; }
