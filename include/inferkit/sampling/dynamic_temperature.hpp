@@ -8,8 +8,8 @@
 // uncertain one hotter. delta == 0 is the plain temperature rule (T == 0 greedy); with
 // delta > 0 and a single candidate nothing changes (llama.cpp), and T_dyn == 0 is greedy.
 //
-// One pass gives Z and sum w (l - max), hence H (detail/mass.hpp; float partial sums per block
-// of 1,024 tokens, since no keep / drop boundary rides on Z here), then one pass divides.
+// One pass gives Z and sum w (l - max), hence H (detail/mass.hpp's float_block_mass: float
+// partial sums of 8 terms, since no keep / drop boundary rides on Z here), then one pass divides.
 
 #include <algorithm>
 #include <cmath>
@@ -51,7 +51,7 @@ inline void apply_dynamic_temperature(Candidates& c, const DynamicTemperature& q
     apply_temperature(c, q.temperature);
     return;
   }
-  const detail::CandidateMass m = detail::candidate_entropy_mass(c, c.summary().max);
+  const detail::CandidateMass m = detail::float_block_mass<true>(c, c.summary().max);
   if (m.count <= 1) return;
   const float t = static_cast<float>(dynamic_temperature_for(q, m.entropy() / std::log(double(m.count))));
   apply_temperature(c, t);  // t == 0: greedy

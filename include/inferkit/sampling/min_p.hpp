@@ -56,30 +56,47 @@ inline std::vector<float> weights_of(const std::vector<TokenId>& ids, std::span<
   return w;
 }
 
+/// Keeps, in place and in order, the ids (and their weights w, parallel to them) with w >= t.
+inline void keep_weights_at_least(std::vector<TokenId>& ids, std::vector<float>& w, float t) {
+  std::size_t k = 0;
+  for (std::size_t j = 0; j < ids.size(); ++j)
+    if (w[j] >= t) {
+      ids[k] = ids[j];
+      w[k++] = w[j];
+    }
+  ids.resize(k);
+  w.resize(k);
+}
+
 /// Keeps, in place and in order, the ids whose weight simd::exp(l - max) is at least t: the exact
 /// test, with the weights of the gathered logits computed in one SIMD pass.
 inline void keep_ids_with_weight_at_least(std::vector<TokenId>& ids, std::span<const float> x, float max, float t) {
-  const std::vector<float> w = weights_of(ids, x, max);
-  std::size_t k = 0;
-  for (std::size_t j = 0; j < ids.size(); ++j)
-    if (w[j] >= t) ids[k++] = ids[j];
-  ids.resize(k);
+  std::vector<float> w = weights_of(ids, x, max);
+  keep_weights_at_least(ids, w, t);
 }
 
-/// The candidates whose weight w_i = simd::exp(l_i - max) is at least t > 0, ascending.
-inline std::vector<TokenId> ids_with_weight_at_least(const Candidates& c, float max, float t) {
+/// Candidate ids (ascending) and their weights, parallel.
+struct WeightedIds {
   std::vector<TokenId> ids;
-  if (!(t <= 1.0f)) return ids;  // no weight exceeds 1 (the max's)
+  std::vector<float> weights;
+};
+
+/// The candidates whose weight w_i = simd::exp(l_i - max) is at least t > 0, ascending, with
+/// their weights.
+inline WeightedIds ids_with_weight_at_least(const Candidates& c, float max, float t) {
+  WeightedIds r;
+  if (!(t <= 1.0f)) return r;  // no weight exceeds 1 (the max's)
   const auto x = c.logits();
   const WeightCut wc = weight_cut(max, t);
   if (c.dense()) {
-    collect_ids(x, wc.cut, kHighest, ids);
+    collect_ids(x, wc.cut, kHighest, r.ids);
   } else {
     for (TokenId id : c.ids())
-      if (x[static_cast<std::size_t>(id)] >= wc.cut) ids.push_back(id);
+      if (x[static_cast<std::size_t>(id)] >= wc.cut) r.ids.push_back(id);
   }
-  keep_ids_with_weight_at_least(ids, x, max, t);
-  return ids;
+  r.weights = weights_of(r.ids, x, max);
+  keep_weights_at_least(r.ids, r.weights, t);
+  return r;
 }
 
 /// Keeps the candidates whose weight w_i = simd::exp(l_i - max) is at least t (inclusive, the

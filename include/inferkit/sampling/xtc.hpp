@@ -69,9 +69,10 @@ inline void apply_xtc(Candidates& c, const Xtc& q, double u) {
   std::vector<TokenId> top;
   Index count = 0;  // candidates, needed only for min_keep > 1
   if (q.threshold > 0.0f) {
-    top = detail::ids_with_weight_at_least(c, max, q.threshold);
+    detail::WeightedIds passing = detail::ids_with_weight_at_least(c, max, q.threshold);
+    top = std::move(passing.ids);
+    std::vector<float>& w = passing.weights;
     if (top.size() < 2) return;
-    const std::vector<float> w = detail::weights_of(top, c.logits(), max);
     const double bound = double(q.threshold) * simd::sum_as_double(w.data(), w.size()) * (1.0 - 1e-9);
     if (std::count_if(w.begin(), w.end(), [&](float v) { return double(v) >= bound; }) < 2) return;
     // t = threshold * Z >= threshold (Z >= 1), so `top` holds every token reaching it; the mass

@@ -1,8 +1,8 @@
 #pragma once
 // Branch-free collection of token ids whose logit lies in a range, for the selection passes of
-// top-k, top-p and min-p. With AVX-512 the passing lanes' ids are compress-stored
-// (vpcompressd into a register, then a full store), so the cost is one compare and one store per vector however many pass;
-// elsewhere a SIMD any() skips vectors where nothing passes.
+// top-k, top-p and min-p. With AVX-512 the passing lanes' ids are compressed (vpcompressd into
+// a register, then a full store), so the cost is one compare and one store per vector however
+// many pass; elsewhere a SIMD any() skips vectors where nothing passes.
 
 #include <cstddef>
 #include <cmath>

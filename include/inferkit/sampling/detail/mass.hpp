@@ -181,8 +181,4 @@ CandidateMass float_block_mass(const Candidates& c, float max) {
   return candidate_mass(c, max, kWithEntropy, true);
 }
 
-/// Count, Z and sum w (l - max) for rules whose result moves continuously with them (dynamic
-/// temperature: no keep / drop boundary rides on Z), by the float-block pass.
-inline CandidateMass candidate_entropy_mass(const Candidates& c, float max) { return float_block_mass<true>(c, max); }
-
 }  // namespace inferkit::detail

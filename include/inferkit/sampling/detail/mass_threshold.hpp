@@ -60,22 +60,14 @@ BracketedThreshold bracket_threshold(const Candidates& c, float max, bool with_e
   return b;
 }
 
-/// Keeps, in place and in order, the ids whose weight reaches the exact threshold, given ids
-/// holding every candidate with weight >= b.lo and their weights w: b.hi when no weight lies in
+/// Keeps, in place and in order, the ids (and their weights w) reaching the exact threshold,
+/// given ids holding every candidate with weight >= b.lo: b.hi when no weight lies in
 /// [b.lo, b.hi), else exact_threshold() (a float in the bracket).
 template <class ExactThreshold>
-void keep_ids_reaching_threshold(std::vector<TokenId>& ids, const std::vector<float>& w, const BracketedThreshold& b,
+void keep_ids_reaching_threshold(std::vector<TokenId>& ids, std::vector<float>& w, const BracketedThreshold& b,
                                  const ExactThreshold& exact_threshold) {
-  float t = b.hi;
-  for (float v : w)
-    if (v >= b.lo && v < b.hi) {
-      t = exact_threshold();
-      break;
-    }
-  std::size_t k = 0;
-  for (std::size_t j = 0; j < ids.size(); ++j)
-    if (w[j] >= t) ids[k++] = ids[j];
-  ids.resize(k);
+  const bool undecided = std::any_of(w.begin(), w.end(), [&](float v) { return v >= b.lo && v < b.hi; });
+  keep_weights_at_least(ids, w, undecided ? exact_threshold() : b.hi);
 }
 
 /// keep_weight_at_least(c, max, float(threshold(m)), at_least) for m the exact mass of the
@@ -95,16 +87,18 @@ bool keep_weight_at_least_of_mass(Candidates& c, float max, bool with_entropy, c
   const auto x = c.logits();
   std::vector<TokenId> ids;
   const auto limit = static_cast<std::size_t>(std::max<Index>(4096, c.vocab_size() / 16));
-  if (!collect_ids_up_to(x, weight_cut(max, b.lo).cut, kHighest, ids, at_least == 1 ? limit : x.size())) {
+  const float cut = weight_cut(max, b.lo).cut;
+  if (!collect_ids_up_to(x, cut, kHighest, ids, at_least == 1 ? limit : x.size())) {
     // Past the limit keep_weight_at_least filters in place, which needs one threshold: only the
     // tokens whose logit lies between the bracket's cuts can tell the bracket's ends apart.
     ids.clear();
-    collect_ids(x, weight_cut(max, b.lo).cut, weight_cut(max, b.hi).sure, ids);
+    collect_ids(x, cut, weight_cut(max, b.hi).sure, ids);
     const std::vector<float> w = weights_of(ids, x, max);
     const bool undecided = std::any_of(w.begin(), w.end(), [&](float v) { return v >= b.lo && v < b.hi; });
     return keep_weight_at_least(c, max, undecided ? exact_threshold() : b.hi, at_least);
   }
-  keep_ids_reaching_threshold(ids, weights_of(ids, x, max), b, exact_threshold);
+  std::vector<float> w = weights_of(ids, x, max);
+  keep_ids_reaching_threshold(ids, w, b, exact_threshold);
   if (static_cast<Index>(ids.size()) < at_least) return false;
   c.restrict_to(std::move(ids));
   return true;
