@@ -129,8 +129,10 @@ struct Plain {
   Index tk;
   std::vector<float> k, v, q, out;
   explicit Plain(Index tokens)
-      : tk(tokens), k(ib::normal_floats(static_cast<std::size_t>(tk * kHkv * kD), 1.0f, 21)),
-        v(ib::normal_floats(k.size(), 1.0f, 22)), q(ib::normal_floats(static_cast<std::size_t>(2048 * kHq * kD), 1.0f, 23)),
+      : tk(tokens),
+        k(ib::normal_floats(static_cast<std::size_t>(tk * kHkv * kD), 1.0f, 21)),
+        v(ib::normal_floats(k.size(), 1.0f, 22)),
+        q(ib::normal_floats(static_cast<std::size_t>(2048 * kHq * kD), 1.0f, 23)),
         out(q.size()) {}
 };
 const Plain& plain(Index tokens) {
@@ -161,24 +163,62 @@ void BM_prefill_invariant(benchmark::State& state) { run_plain(state, 2048, true
 void BM_decode_default(benchmark::State& state) { run_plain(state, 1, false); }
 void BM_decode_invariant(benchmark::State& state) { run_plain(state, 1, true); }
 
-BENCHMARK(BM_batch_inferkit)->Name("attention_batch/inferkit/chunk2000+decode63_Hq32_Hkv8_D128_page16")
-    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_batch_naive)->Name("attention_batch/naive/chunk2000+decode63_Hq32_Hkv8_D128_page16")
-    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_batch_invariant)->Name("attention_batch/inferkit_invariant/chunk2000+decode63_Hq32_Hkv8_D128_page16")
-    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_decodes_inferkit)->Name("attention_batch/inferkit/decode64_Hq32_Hkv8_D128_page16")
-    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_decodes_naive)->Name("attention_batch/naive/decode64_Hq32_Hkv8_D128_page16")
-    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_batch_inferkit)
+    ->Name("attention_batch/inferkit/chunk2000+decode63_Hq32_Hkv8_D128_page16")
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_batch_naive)
+    ->Name("attention_batch/naive/chunk2000+decode63_Hq32_Hkv8_D128_page16")
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_batch_invariant)
+    ->Name("attention_batch/inferkit_invariant/chunk2000+decode63_Hq32_Hkv8_D128_page16")
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decodes_inferkit)
+    ->Name("attention_batch/inferkit/decode64_Hq32_Hkv8_D128_page16")
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decodes_naive)
+    ->Name("attention_batch/naive/decode64_Hq32_Hkv8_D128_page16")
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
-BENCHMARK(BM_prefill_default)->Name("attention_invariant/default/prefill_T2048_Hq32_Hkv8_D128_causal")
-    ->Arg(2048)->ArgName("Tk")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_prefill_invariant)->Name("attention_invariant/invariant/prefill_T2048_Hq32_Hkv8_D128_causal")
-    ->Arg(2048)->ArgName("Tk")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_decode_default)->Name("attention_invariant/default/decode_Hq32_Hkv8_D128_f32")
-    ->Arg(4096)->Arg(32768)->ArgName("Tk")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_decode_invariant)->Name("attention_invariant/invariant/decode_Hq32_Hkv8_D128_f32")
-    ->Arg(4096)->Arg(32768)->ArgName("Tk")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_prefill_default)
+    ->Name("attention_invariant/default/prefill_T2048_Hq32_Hkv8_D128_causal")
+    ->Arg(2048)
+    ->ArgName("Tk")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_prefill_invariant)
+    ->Name("attention_invariant/invariant/prefill_T2048_Hq32_Hkv8_D128_causal")
+    ->Arg(2048)
+    ->ArgName("Tk")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decode_default)
+    ->Name("attention_invariant/default/decode_Hq32_Hkv8_D128_f32")
+    ->Arg(4096)
+    ->Arg(32768)
+    ->ArgName("Tk")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decode_invariant)
+    ->Name("attention_invariant/invariant/decode_Hq32_Hkv8_D128_f32")
+    ->Arg(4096)
+    ->Arg(32768)
+    ->ArgName("Tk")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -38,9 +38,11 @@ struct PrefillData {
   Index t;
   std::vector<float> q, k, v, out;
   explicit PrefillData(Index tokens)
-      : t(tokens), q(ib::normal_floats(static_cast<std::size_t>(t * kHq * kD), 1.0f, 1)),
+      : t(tokens),
+        q(ib::normal_floats(static_cast<std::size_t>(t * kHq * kD), 1.0f, 1)),
         k(ib::normal_floats(static_cast<std::size_t>(t * kHkv * kD), 1.0f, 2)),
-        v(ib::normal_floats(static_cast<std::size_t>(t * kHkv * kD), 1.0f, 3)), out(q.size()) {}
+        v(ib::normal_floats(static_cast<std::size_t>(t * kHkv * kD), 1.0f, 3)),
+        out(q.size()) {}
 };
 
 void BM_prefill_inferkit(benchmark::State& state) {
@@ -111,8 +113,11 @@ struct DecodeData {
   std::vector<float> q, out;
   std::vector<T> k, v;  // per-head cache layout [Hkv, Tk, d]
   explicit DecodeData(Index tokens)
-      : tk(tokens), q(ib::normal_floats(kHq * kD, 1.0f, 4)), out(q.size()),
-        k(static_cast<std::size_t>(kHkv * tokens * kD)), v(k.size()) {
+      : tk(tokens),
+        q(ib::normal_floats(kHq * kD, 1.0f, 4)),
+        out(q.size()),
+        k(static_cast<std::size_t>(kHkv * tokens * kD)),
+        v(k.size()) {
     const auto kf = ib::normal_floats(k.size(), 1.0f, 5), vf = ib::normal_floats(v.size(), 1.0f, 6);
     inferkit::convert(kf.data(), k.data(), k.size());
     inferkit::convert(vf.data(), v.data(), v.size());
@@ -202,35 +207,64 @@ void run_varlen(const std::vector<std::int32_t>& lens, int threads, benchmark::S
   ib::label_isa(state);
 }
 
-void BM_varlen_inferkit(benchmark::State& state) { run_varlen(kVarlenLengths, static_cast<int>(state.range(0)), state); }
+void BM_varlen_inferkit(benchmark::State& state) {
+  run_varlen(kVarlenLengths, static_cast<int>(state.range(0)), state);
+}
 
 void BM_varlen_padded(benchmark::State& state) {
   const std::int32_t longest = *std::max_element(kVarlenLengths.begin(), kVarlenLengths.end());
   run_varlen(std::vector<std::int32_t>(kVarlenLengths.size(), longest), static_cast<int>(state.range(0)), state);
 }
 
-BENCHMARK(BM_prefill_inferkit)->Name("attention_prefill/inferkit/T2048_Hq32_Hkv8_D128_causal")
-    ->ArgsProduct({{2048}, {1, 2}})->ArgNames({"", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_prefill_naive)->Name("attention_prefill/naive/T2048_Hq32_Hkv8_D128_causal")
-    ->ArgsProduct({{2048}, {1, 2}})->ArgNames({"", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_prefill_inferkit)
+    ->Name("attention_prefill/inferkit/T2048_Hq32_Hkv8_D128_causal")
+    ->ArgsProduct({{2048}, {1, 2}})
+    ->ArgNames({"", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_prefill_naive)
+    ->Name("attention_prefill/naive/T2048_Hq32_Hkv8_D128_causal")
+    ->ArgsProduct({{2048}, {1, 2}})
+    ->ArgNames({"", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
-#define INFERKIT_DECODE_BENCH(T, tname)                                                                          \
-  BENCHMARK(BM_decode_inferkit<T>)->Name("attention_decode/inferkit/Hq32_Hkv8_D128_" tname)                      \
-      ->ArgsProduct({{4096, 32768}, {2}})->ArgNames({"Tk", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond); \
-  BENCHMARK(BM_decode_memread<T>)->Name("attention_decode/memread/Hq32_Hkv8_D128_" tname)                        \
-      ->ArgsProduct({{4096, 32768}, {2}})->ArgNames({"Tk", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+#define INFERKIT_DECODE_BENCH(T, tname)                         \
+  BENCHMARK(BM_decode_inferkit<T>)                              \
+      ->Name("attention_decode/inferkit/Hq32_Hkv8_D128_" tname) \
+      ->ArgsProduct({{4096, 32768}, {2}})                       \
+      ->ArgNames({"Tk", "threads"})                             \
+      ->UseRealTime()                                           \
+      ->Unit(benchmark::kMillisecond);                          \
+  BENCHMARK(BM_decode_memread<T>)                               \
+      ->Name("attention_decode/memread/Hq32_Hkv8_D128_" tname)  \
+      ->ArgsProduct({{4096, 32768}, {2}})                       \
+      ->ArgNames({"Tk", "threads"})                             \
+      ->UseRealTime()                                           \
+      ->Unit(benchmark::kMillisecond);
 // Issue 17: AttentionArithmetic::kReduced over bf16 (err_rel_rms: against the exact arithmetic
 // on the same cache).
 BENCHMARK(BM_decode_inferkit<BFloat16, inferkit::AttentionArithmetic::kReduced>)
-    ->Name("attention_decode/inferkit_fast/Hq32_Hkv8_D128_bf16")->ArgsProduct({{4096, 32768}, {2}})
-    ->ArgNames({"Tk", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+    ->Name("attention_decode/inferkit_fast/Hq32_Hkv8_D128_bf16")
+    ->ArgsProduct({{4096, 32768}, {2}})
+    ->ArgNames({"Tk", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 INFERKIT_DECODE_BENCH(float, "f32")
 INFERKIT_DECODE_BENCH(BFloat16, "bf16")
 INFERKIT_DECODE_BENCH(Float16, "f16")
 
-BENCHMARK(BM_varlen_inferkit)->Name("attention_varlen/inferkit/B8_len64-2048_Hq32_Hkv8_D128_causal")
-    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_varlen_padded)->Name("attention_varlen/padded/B8_len64-2048_Hq32_Hkv8_D128_causal")
-    ->ArgsProduct({{1, 2}})->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_varlen_inferkit)
+    ->Name("attention_varlen/inferkit/B8_len64-2048_Hq32_Hkv8_D128_causal")
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_varlen_padded)
+    ->Name("attention_varlen/padded/B8_len64-2048_Hq32_Hkv8_D128_causal")
+    ->ArgsProduct({{1, 2}})
+    ->ArgNames({"threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -13,12 +13,14 @@ namespace inferkit::bench {
 
 /// Sets counter `GBps`: `bytes_per_iteration` bytes touched per iteration, in 1e9 bytes/s.
 inline void set_gbps(benchmark::State& state, double bytes_per_iteration) {
-  state.counters["GBps"] = benchmark::Counter(bytes_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GBps"] =
+      benchmark::Counter(bytes_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 /// Sets counter `GFLOPS`: `flops_per_iteration` floating-point operations per iteration.
 inline void set_gflops(benchmark::State& state, double flops_per_iteration) {
-  state.counters["GFLOPS"] = benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 /// Sets counter `us`: mean wall time per iteration in microseconds (use with UseRealTime()).

@@ -79,8 +79,13 @@ struct EpSetup {
   std::vector<float> sbuf, rbuf;
 
   EpSetup(Index t, Index d, Index e, Index topk)
-      : T(t), D(d), E(e), k(topk), x(ib::normal_floats(static_cast<std::size_t>(t * d), 1.0f, 3 + rank_of())),
-        y(static_cast<std::size_t>(t * d)), ex(MPI_COMM_WORLD, inferkit::ExpertPlacement::contiguous(e, size_of())) {
+      : T(t),
+        D(d),
+        E(e),
+        k(topk),
+        x(ib::normal_floats(static_cast<std::size_t>(t * d), 1.0f, 3 + rank_of())),
+        y(static_cast<std::size_t>(t * d)),
+        ex(MPI_COMM_WORLD, inferkit::ExpertPlacement::contiguous(e, size_of())) {
     const auto logits = ib::normal_floats(static_cast<std::size_t>(t * e), 1.0f, 17 + rank_of());
     inferkit::route(MatrixView<const float>(logits.data(), t, e), {.top_k = topk}, routing);
     plan.build(routing);
@@ -90,14 +95,17 @@ struct EpSetup {
     const int n = size_of();
     scount.assign(static_cast<std::size_t>(n), 0);
     for (int q = 0; q < n; ++q)
-      for (const Index ex_id : ex.placement().local_experts(q)) scount[static_cast<std::size_t>(q)] += static_cast<int>(plan.expert_rows(ex_id));
+      for (const Index ex_id : ex.placement().local_experts(q))
+        scount[static_cast<std::size_t>(q)] += static_cast<int>(plan.expert_rows(ex_id));
     rcount.assign(static_cast<std::size_t>(n), 0);
     MPI_Alltoall(scount.data(), 1, MPI_INT, rcount.data(), 1, MPI_INT, MPI_COMM_WORLD);
     sdispl.assign(static_cast<std::size_t>(n), 0);
     rdispl.assign(static_cast<std::size_t>(n), 0);
     for (int q = 1; q < n; ++q) {
-      sdispl[static_cast<std::size_t>(q)] = sdispl[static_cast<std::size_t>(q) - 1] + scount[static_cast<std::size_t>(q) - 1];
-      rdispl[static_cast<std::size_t>(q)] = rdispl[static_cast<std::size_t>(q) - 1] + rcount[static_cast<std::size_t>(q) - 1];
+      sdispl[static_cast<std::size_t>(q)] =
+          sdispl[static_cast<std::size_t>(q) - 1] + scount[static_cast<std::size_t>(q) - 1];
+      rdispl[static_cast<std::size_t>(q)] =
+          rdispl[static_cast<std::size_t>(q) - 1] + rcount[static_cast<std::size_t>(q) - 1];
     }
     sbuf = ib::normal_floats(static_cast<std::size_t>((sdispl.back() + scount.back()) * d));
     rbuf.resize(static_cast<std::size_t>((rdispl.back() + rcount.back()) * d));
@@ -111,8 +119,10 @@ struct EpSetup {
            MatrixView<float>(y.data(), T, D), {.threads = 1});
   }
   void alltoallv_only(MPI_Datatype row) {
-    MPI_Alltoallv(sbuf.data(), scount.data(), sdispl.data(), row, rbuf.data(), rcount.data(), rdispl.data(), row, MPI_COMM_WORLD);
-    MPI_Alltoallv(rbuf.data(), rcount.data(), rdispl.data(), row, sbuf.data(), scount.data(), sdispl.data(), row, MPI_COMM_WORLD);
+    MPI_Alltoallv(sbuf.data(), scount.data(), sdispl.data(), row, rbuf.data(), rcount.data(), rdispl.data(), row,
+                  MPI_COMM_WORLD);
+    MPI_Alltoallv(rbuf.data(), rcount.data(), rdispl.data(), row, sbuf.data(), scount.data(), sdispl.data(), row,
+                  MPI_COMM_WORLD);
   }
 };
 
@@ -152,8 +162,10 @@ void cp_decode(benchmark::State& state, bool distributed) {
   double total = 0;
   for (auto _ : state) {
     const double t = collective_seconds([&] {
-      if (distributed) inferkit::context_parallel_attention(MPI_COMM_WORLD, qv, kv, {out.data(), 1, kHq, kD}, {}, opt);
-      else if (rank == 0) inferkit::attention(qv, kv, {out.data(), 1, kHq, kD}, {}, opt);
+      if (distributed)
+        inferkit::context_parallel_attention(MPI_COMM_WORLD, qv, kv, {out.data(), 1, kHq, kD}, {}, opt);
+      else if (rank == 0)
+        inferkit::attention(qv, kv, {out.data(), 1, kHq, kD}, {}, opt);
     });
     state.SetIterationTime(t);
     total += t;
@@ -169,16 +181,18 @@ void register_all() {
     const std::string shape = "ep_exchange_T" + std::to_string(sh[0]) + "_D" + std::to_string(sh[1]) + "_E" +
                               std::to_string(sh[2]) + "_k" + std::to_string(sh[3]);
     for (bool baseline : {false, true})
-      benchmark::RegisterBenchmark(("distributed/" + std::string(baseline ? "mpi_alltoallv/" : "inferkit/") + shape).c_str(),
-                                   [baseline](benchmark::State& st) { ep_exchange(st, baseline); })
+      benchmark::RegisterBenchmark(
+          ("distributed/" + std::string(baseline ? "mpi_alltoallv/" : "inferkit/") + shape).c_str(),
+          [baseline](benchmark::State& st) { ep_exchange(st, baseline); })
           ->Args(sh)
           ->Iterations(40)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
   }
   for (bool cp : {false, true})
-    benchmark::RegisterBenchmark(("distributed/" + std::string(cp ? "inferkit/" : "single/") + "cp_decode_Tk16384_Hq32_Hkv8_D128").c_str(),
-                                 [cp](benchmark::State& st) { cp_decode(st, cp); })
+    benchmark::RegisterBenchmark(
+        ("distributed/" + std::string(cp ? "inferkit/" : "single/") + "cp_decode_Tk16384_Hq32_Hkv8_D128").c_str(),
+        [cp](benchmark::State& st) { cp_decode(st, cp); })
         ->Arg(16384)
         ->Iterations(40)
         ->UseManualTime()
@@ -205,8 +219,10 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   register_all();
   NullReporter null;
-  if (rank == 0) benchmark::RunSpecifiedBenchmarks();
-  else benchmark::RunSpecifiedBenchmarks(&null);
+  if (rank == 0)
+    benchmark::RunSpecifiedBenchmarks();
+  else
+    benchmark::RunSpecifiedBenchmarks(&null);
   benchmark::Shutdown();
   MPI_Finalize();
   return 0;

@@ -14,14 +14,14 @@
 //   shuffled first, so no two pages are adjacent (every page its own 16-token block).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <algorithm>
 #include <memory>
 #include <random>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -39,8 +39,12 @@ constexpr Index kHq = 32, kHkv = 8, kD = 128, kTk = 32768;
 
 struct Data {
   std::vector<float> k, v, q, exact, exact4k;
-  Data() : k(ib::normal_floats(kTk * kHkv * kD, 1.0f, 21)), v(ib::normal_floats(kTk * kHkv * kD, 1.0f, 22)),
-           q(ib::normal_floats(kHq * kD, 1.0f, 23)), exact(kHq * kD), exact4k(kHq * kD) {
+  Data()
+      : k(ib::normal_floats(kTk * kHkv * kD, 1.0f, 21)),
+        v(ib::normal_floats(kTk * kHkv * kD, 1.0f, 22)),
+        q(ib::normal_floats(kHq * kD, 1.0f, 23)),
+        exact(kHq * kD),
+        exact4k(kHq * kD) {
     for (Index t = 0; t < kTk; ++t)
       for (Index h = 0; h < kHkv; ++h)
         for (Index c : {3, 77}) k[static_cast<std::size_t>((t * kHkv + h) * kD + c)] *= 15.0f;  // outlier channels
@@ -81,13 +85,16 @@ void run_decode(benchmark::State& state, const Source& src, double bytes, const 
     std::vector<float> same(kHq * kD);
     inferkit::AttentionOptions eo = opt;
     eo.arithmetic = AttentionArithmetic::kExact;
-    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {same.data(), 1, kHq, kD}, {}, eo);
-    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {out.data(), 1, kHq, kD}, {}, opt);
+    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {same.data(), 1, kHq, kD}, {},
+                        eo);
+    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {out.data(), 1, kHq, kD}, {},
+                        opt);
     state.counters["err_rel_rms_vs_exact"] = rel_rms(out, same);
   }
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {out.data(), 1, kHq, kD}, {}, opt);
+    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), src, {out.data(), 1, kHq, kD}, {},
+                        opt);
     benchmark::ClobberMemory();
   }
   ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -112,12 +119,16 @@ void dense_decode(benchmark::State& state, Index tk, AttentionArithmetic arith) 
   const Data& d = data();
   inferkit::DenseKvCache<T> cache(1, kHkv, kD, tk, inferkit::CacheGrowth::kFixed);
   cache.append(0, {d.k.data(), tk, kHkv, kD}, {d.v.data(), tk, kHkv, kD});
-  run_decode(state, cache.source(0), cache.bytes_per_token() * double(tk), std::is_same_v<T, float> ? nullptr : &d.exact_for(tk),
-             arith);
+  run_decode(state, cache.source(0), cache.bytes_per_token() * double(tk),
+             std::is_same_v<T, float> ? nullptr : &d.exact_for(tk), arith);
 }
 template <class T>
-void BM_dense(benchmark::State& state) { dense_decode<T>(state, kTk, AttentionArithmetic::kExact); }
-void bf16_decode(benchmark::State& state, Index tk, AttentionArithmetic a) { dense_decode<inferkit::BFloat16>(state, tk, a); }
+void BM_dense(benchmark::State& state) {
+  dense_decode<T>(state, kTk, AttentionArithmetic::kExact);
+}
+void bf16_decode(benchmark::State& state, Index tk, AttentionArithmetic a) {
+  dense_decode<inferkit::BFloat16>(state, tk, a);
+}
 void f32_decode(benchmark::State& state, Index tk, AttentionArithmetic a) { dense_decode<float>(state, tk, a); }
 
 void quantized_decode(benchmark::State& state, const std::string& preset, Index tk, AttentionArithmetic arith) {
@@ -152,7 +163,8 @@ void BM_paged(benchmark::State& state, const std::string& preset, bool scattered
   if (!table.reserve(kTk)) throw std::runtime_error("pool too small");
   table.write(0, {d.k.data(), kTk, kHkv, kD}, {d.v.data(), kTk, kHkv, kD});
   table.commit(kTk);
-  run_decode(state, table.source(0), static_cast<double>(pool.bytes_in_use()), &d.exact_for(kTk), AttentionArithmetic::kExact);
+  run_decode(state, table.source(0), static_cast<double>(pool.bytes_in_use()), &d.exact_for(kTk),
+             AttentionArithmetic::kExact);
   const inferkit::BlockPool<float> f32({1, kHkv, kD, kPage, 1});
   const double gib = 1024.0 * 1024.0 * 1024.0;
   state.counters["tokens_per_gib"] = gib / (double(pool.block_bytes()) / double(kPage));
@@ -175,48 +187,115 @@ void BM_memread(benchmark::State& state, double bytes) {
   ib::set_gbps(state, bytes);
 }
 
-BENCHMARK(BM_dense<float>)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_f32")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_dense<inferkit::BFloat16>)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_quantized, int8, "int8")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_quantized, int4, "int4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_quantized, kivi4, "kivi4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi4")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_quantized, kivi2, "kivi2")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi2")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_dense<float>)
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_f32")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_dense<inferkit::BFloat16>)
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_bf16")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_quantized, int8, "int8")
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_int8")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_quantized, int4, "int4")
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_int4")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_quantized, kivi4, "kivi4")
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi4")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_quantized, kivi2, "kivi2")
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_kivi2")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 void BM_paged_f32(benchmark::State& state) { BM_paged<float>(state, "", false); }
-void BM_paged_quantized(benchmark::State& state, const std::string& preset) { BM_paged<inferkit::QuantizedKv>(state, preset, false); }
+void BM_paged_quantized(benchmark::State& state, const std::string& preset) {
+  BM_paged<inferkit::QuantizedKv>(state, preset, false);
+}
 void BM_paged_scattered_f32(benchmark::State& state) { BM_paged<float>(state, "", true); }
-void BM_paged_scattered_quantized(benchmark::State& state, const std::string& preset) { BM_paged<inferkit::QuantizedKv>(state, preset, true); }
-BENCHMARK(BM_paged_f32)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_f32")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_paged_quantized, int8, "int8")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_paged_quantized, int4, "int4")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_paged_scattered_f32)->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_scattered_f32")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_paged_scattered_quantized, int8, "int8")->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_scattered_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memread, int8, 2.0 * kTk * kHkv * kD * 8.5 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int8")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memread, int4, 2.0 * kTk * kHkv * kD * 5.0 / 8)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int4")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memread, bf16, 2.0 * kTk * kHkv * kD * 2)->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_bf16")->UseRealTime()->Unit(benchmark::kMillisecond);
+void BM_paged_scattered_quantized(benchmark::State& state, const std::string& preset) {
+  BM_paged<inferkit::QuantizedKv>(state, preset, true);
+}
+BENCHMARK(BM_paged_f32)
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_f32")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_paged_quantized, int8, "int8")
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_int8")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_paged_quantized, int4, "int4")
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_int4")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_paged_scattered_f32)
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_scattered_f32")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_paged_scattered_quantized, int8, "int8")
+    ->Name("attention_decode/inferkit/Tk32768_Hq32_Hkv8_D128_paged16_scattered_int8")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_memread, int8, 2.0 * kTk * kHkv * kD * 8.5 / 8)
+    ->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int8")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_memread, int4, 2.0 * kTk * kHkv * kD * 5.0 / 8)
+    ->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_int4")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_memread, bf16, 2.0 * kTk * kHkv * kD * 2)
+    ->Name("attention_decode/memread/Tk32768_Hq32_Hkv8_D128_bf16")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Issue 17: the reduced arithmetic beside the exact rows, at 32k and 4k, in the same binary.
 void fast_args(benchmark::internal::Benchmark* b) { b->UseRealTime()->Unit(benchmark::kMillisecond); }
-#define INFERKIT_FAST_DECODE(tk, tname)                                                                          \
-  BENCHMARK_CAPTURE(bf16_decode, fast_bf16_##tk, tk, AttentionArithmetic::kReduced)            \
-      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_bf16")->Apply(fast_args);                    \
-  BENCHMARK_CAPTURE(quantized_decode, fast_int8_##tk, "int8", tk, AttentionArithmetic::kReduced)                    \
-      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_int8")->Apply(fast_args);                    \
-  BENCHMARK_CAPTURE(quantized_decode, fast_int4_##tk, "int4", tk, AttentionArithmetic::kReduced)                    \
-      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_int4")->Apply(fast_args);                    \
-  BENCHMARK_CAPTURE(quantized_decode, fast_kivi4_##tk, "kivi4", tk, AttentionArithmetic::kReduced)                  \
-      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_kivi4")->Apply(fast_args);
+#define INFERKIT_FAST_DECODE(tk, tname)                                                            \
+  BENCHMARK_CAPTURE(bf16_decode, fast_bf16_##tk, tk, AttentionArithmetic::kReduced)                \
+      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_bf16")                     \
+      ->Apply(fast_args);                                                                          \
+  BENCHMARK_CAPTURE(quantized_decode, fast_int8_##tk, "int8", tk, AttentionArithmetic::kReduced)   \
+      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_int8")                     \
+      ->Apply(fast_args);                                                                          \
+  BENCHMARK_CAPTURE(quantized_decode, fast_int4_##tk, "int4", tk, AttentionArithmetic::kReduced)   \
+      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_int4")                     \
+      ->Apply(fast_args);                                                                          \
+  BENCHMARK_CAPTURE(quantized_decode, fast_kivi4_##tk, "kivi4", tk, AttentionArithmetic::kReduced) \
+      ->Name("attention_decode/inferkit_fast/Tk" tname "_Hq32_Hkv8_D128_kivi4")                    \
+      ->Apply(fast_args);
 INFERKIT_FAST_DECODE(32768, "32768")
 INFERKIT_FAST_DECODE(4096, "4096")
 BENCHMARK_CAPTURE(quantized_decode, fast_kivi2, "kivi2", kTk, AttentionArithmetic::kReduced)
-    ->Name("attention_decode/inferkit_fast/Tk32768_Hq32_Hkv8_D128_kivi2")->Apply(fast_args);
-BENCHMARK_CAPTURE(f32_decode, f32_4k, 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_f32")->Apply(fast_args);
-BENCHMARK_CAPTURE(bf16_decode, bf16_4k, 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_bf16")->Apply(fast_args);
-BENCHMARK_CAPTURE(quantized_decode, int8_4k, "int8", 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_int8")->Apply(fast_args);
-BENCHMARK_CAPTURE(quantized_decode, int4_4k, "int4", 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_int4")->Apply(fast_args);
-BENCHMARK_CAPTURE(quantized_decode, kivi4_4k, "kivi4", 4096, AttentionArithmetic::kExact)->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_kivi4")->Apply(fast_args);
-BENCHMARK_CAPTURE(BM_memread, int8_4k, 2.0 * 4096 * kHkv * kD * 8.5 / 8)->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_int8")->Apply(fast_args);
-BENCHMARK_CAPTURE(BM_memread, int4_4k, 2.0 * 4096 * kHkv * kD * 5.0 / 8)->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_int4")->Apply(fast_args);
-BENCHMARK_CAPTURE(BM_memread, bf16_4k, 2.0 * 4096 * kHkv * kD * 2)->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_bf16")->Apply(fast_args);
+    ->Name("attention_decode/inferkit_fast/Tk32768_Hq32_Hkv8_D128_kivi2")
+    ->Apply(fast_args);
+BENCHMARK_CAPTURE(f32_decode, f32_4k, 4096, AttentionArithmetic::kExact)
+    ->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_f32")
+    ->Apply(fast_args);
+BENCHMARK_CAPTURE(bf16_decode, bf16_4k, 4096, AttentionArithmetic::kExact)
+    ->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_bf16")
+    ->Apply(fast_args);
+BENCHMARK_CAPTURE(quantized_decode, int8_4k, "int8", 4096, AttentionArithmetic::kExact)
+    ->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_int8")
+    ->Apply(fast_args);
+BENCHMARK_CAPTURE(quantized_decode, int4_4k, "int4", 4096, AttentionArithmetic::kExact)
+    ->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_int4")
+    ->Apply(fast_args);
+BENCHMARK_CAPTURE(quantized_decode, kivi4_4k, "kivi4", 4096, AttentionArithmetic::kExact)
+    ->Name("attention_decode/inferkit/Tk4096_Hq32_Hkv8_D128_kivi4")
+    ->Apply(fast_args);
+BENCHMARK_CAPTURE(BM_memread, int8_4k, 2.0 * 4096 * kHkv * kD * 8.5 / 8)
+    ->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_int8")
+    ->Apply(fast_args);
+BENCHMARK_CAPTURE(BM_memread, int4_4k, 2.0 * 4096 * kHkv * kD * 5.0 / 8)
+    ->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_int4")
+    ->Apply(fast_args);
+BENCHMARK_CAPTURE(BM_memread, bf16_4k, 2.0 * 4096 * kHkv * kD * 2)
+    ->Name("attention_decode/memread/Tk4096_Hq32_Hkv8_D128_bf16")
+    ->Apply(fast_args);
 
 }  // namespace
 
@@ -241,7 +320,8 @@ void l2_decode(benchmark::State& state, const std::string& enc, AttentionArithme
   opt.arithmetic = arith;
   auto go = [&](const auto& src) {
     for (auto _ : state) {
-      inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, hq, kD), src, {out.data(), 1, hq, kD}, {}, opt);
+      inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, hq, kD), src, {out.data(), 1, hq, kD}, {},
+                          opt);
       benchmark::ClobberMemory();
     }
   };
@@ -254,15 +334,17 @@ void l2_decode(benchmark::State& state, const std::string& enc, AttentionArithme
     c.append(0, {k.data(), tk, 1, kD}, {v.data(), tk, 1, kD});
     go(c.source(0));
   }
-  state.counters["ns_per_pair"] = benchmark::Counter(double(tk) * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
-                                                                            benchmark::Counter::kInvert);
+  state.counters["ns_per_pair"] = benchmark::Counter(
+      double(tk) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
-#define INFERKIT_L2_DECODE(enc)                                                                                   \
-  BENCHMARK_CAPTURE(l2_decode, exact_##enc, #enc, AttentionArithmetic::kExact)                                       \
-      ->Name("attention_decode_l2/inferkit/Tk2048_Hq4_Hkv1_D128_" #enc)->Unit(benchmark::kMicrosecond);             \
-  BENCHMARK_CAPTURE(l2_decode, fast_##enc, #enc, AttentionArithmetic::kReduced)                                      \
-      ->Name("attention_decode_l2/inferkit_fast/Tk2048_Hq4_Hkv1_D128_" #enc)->Unit(benchmark::kMicrosecond);
+#define INFERKIT_L2_DECODE(enc)                                                 \
+  BENCHMARK_CAPTURE(l2_decode, exact_##enc, #enc, AttentionArithmetic::kExact)  \
+      ->Name("attention_decode_l2/inferkit/Tk2048_Hq4_Hkv1_D128_" #enc)         \
+      ->Unit(benchmark::kMicrosecond);                                          \
+  BENCHMARK_CAPTURE(l2_decode, fast_##enc, #enc, AttentionArithmetic::kReduced) \
+      ->Name("attention_decode_l2/inferkit_fast/Tk2048_Hq4_Hkv1_D128_" #enc)    \
+      ->Unit(benchmark::kMicrosecond);
 INFERKIT_L2_DECODE(int8)
 INFERKIT_L2_DECODE(int4)
 INFERKIT_L2_DECODE(bf16)
@@ -282,7 +364,8 @@ void sweep(benchmark::State& state, MakeCache make) {
   inferkit::AttentionOptions opt;
   opt.num_threads = 2;
   for (auto _ : state) {
-    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), cache->source(0), {out.data(), 1, kHq, kD}, {}, opt);
+    inferkit::attention(inferkit::Tensor3View<const float>(d.q.data(), 1, kHq, kD), cache->source(0),
+                        {out.data(), 1, kHq, kD}, {}, opt);
     benchmark::ClobberMemory();
   }
 }

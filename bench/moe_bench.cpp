@@ -43,8 +43,9 @@ constexpr Shape kDeepSeek{64, 8}, kMixtral{8, 2};
 struct Inputs {
   std::vector<float> logits;
   inferkit::AlignedBuffer<float> x;
-  explicit Inputs(Shape s) : logits(ib::normal_floats(static_cast<std::size_t>(kT * s.experts), 1.5f, 7)),
-                             x(static_cast<std::size_t>(kT * kD)) {
+  explicit Inputs(Shape s)
+      : logits(ib::normal_floats(static_cast<std::size_t>(kT * s.experts), 1.5f, 7)),
+        x(static_cast<std::size_t>(kT * kD)) {
     std::uint32_t st = 12345;
     for (std::size_t i = 0; i < x.size(); ++i) {
       st = st * 1664525u + 1013904223u;
@@ -69,9 +70,10 @@ void touch(inferkit::AlignedBuffer<float>& b) { std::memset(b.data(), 0, b.size(
 // Dispatch of the tokens into rows, then combine of rows (the identity expert) into out.
 void move_rows(const inferkit::DispatchPlan& plan, const Inputs& in, inferkit::AlignedBuffer<float>& rows,
                inferkit::AlignedBuffer<float>& out, int threads) {
-  inferkit::dispatch(plan, MatrixView<const float>(in.x.data(), kT, kD), MatrixView<float>(rows.data(), plan.num_rows(), kD), threads);
-  inferkit::combine(plan, MatrixView<const float>(rows.data(), plan.num_rows(), kD), MatrixView<float>(out.data(), kT, kD),
-                    {.threads = threads});
+  inferkit::dispatch(plan, MatrixView<const float>(in.x.data(), kT, kD),
+                     MatrixView<float>(rows.data(), plan.num_rows(), kD), threads);
+  inferkit::combine(plan, MatrixView<const float>(rows.data(), plan.num_rows(), kD),
+                    MatrixView<float>(out.data(), kT, kD), {.threads = threads});
   benchmark::DoNotOptimize(out.data());
   benchmark::ClobberMemory();
 }
@@ -101,7 +103,8 @@ void BM_dispatch_combine(benchmark::State& state, Shape s) {
   inferkit::Routing routing;
   inferkit::route(MatrixView<const float>(in.logits.data(), kT, s.experts), router(s, threads), routing);
   const inferkit::DispatchPlan plan(routing);
-  inferkit::AlignedBuffer<float> rows(static_cast<std::size_t>(plan.num_rows() * kD)), out(static_cast<std::size_t>(kT * kD));
+  inferkit::AlignedBuffer<float> rows(static_cast<std::size_t>(plan.num_rows() * kD)),
+      out(static_cast<std::size_t>(kT * kD));
   touch(rows);
   touch(out);
   for (auto _ : state) {
@@ -186,7 +189,8 @@ void BM_memcpy(benchmark::State& state, Shape s) {
 #pragma omp parallel num_threads(threads)
     {
 #if defined(_OPENMP)
-      const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads()), id = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t nt = static_cast<std::size_t>(omp_get_num_threads()),
+                        id = static_cast<std::size_t>(omp_get_thread_num());
 #else
       const std::size_t nt = 1, id = 0;
 #endif
@@ -202,9 +206,13 @@ void BM_memcpy(benchmark::State& state, Shape s) {
   ib::set_gbps(state, moved_bytes(s));
 }
 
-#define MOE_BENCH(fn, impl, shape, value, ...)                                                   \
-  BENCHMARK_CAPTURE(fn, shape, value)->Name("moe/" impl "_" #shape)->ArgsProduct({{__VA_ARGS__}})        \
-      ->ArgNames({"threads"})->UseRealTime()->Unit(benchmark::kMillisecond)
+#define MOE_BENCH(fn, impl, shape, value, ...) \
+  BENCHMARK_CAPTURE(fn, shape, value)          \
+      ->Name("moe/" impl "_" #shape)           \
+      ->ArgsProduct({{__VA_ARGS__}})           \
+      ->ArgNames({"threads"})                  \
+      ->UseRealTime()                          \
+      ->Unit(benchmark::kMillisecond)
 
 MOE_BENCH(BM_pipeline, "inferkit/route_dispatch_combine", deepseek, kDeepSeek, 1, 2);
 MOE_BENCH(BM_dispatch_combine, "inferkit/dispatch_combine", deepseek, kDeepSeek, 1, 2);

@@ -115,9 +115,17 @@ void BM_saved_prefill(benchmark::State& state) {
   }
 }
 
-BENCHMARK(BM_match_insert)->Name("prefix_trie/inferkit/match_insert")->ArgNames({"page"})->Arg(1)->Arg(16)
+BENCHMARK(BM_match_insert)
+    ->Name("prefix_trie/inferkit/match_insert")
+    ->ArgNames({"page"})
+    ->Arg(1)
+    ->Arg(16)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_evict)->Name("prefix_trie/inferkit/evict")->ArgNames({"blocks"})->Arg(1000)->Arg(100000)
+BENCHMARK(BM_evict)
+    ->Name("prefix_trie/inferkit/evict")
+    ->ArgNames({"blocks"})
+    ->Arg(1000)
+    ->Arg(100000)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_saved_prefill)->Name("prefix_trie/inferkit/saved_prefill")->Iterations(1)->Unit(benchmark::kMillisecond);
 

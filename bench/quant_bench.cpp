@@ -161,7 +161,9 @@ const std::vector<inferkit::MethodError>& synthetic_errors() {
   return r;
 }
 
-void BM_error_synthetic(benchmark::State& state, std::size_t method) { report_error(state, synthetic_errors()[method]); }
+void BM_error_synthetic(benchmark::State& state, std::size_t method) {
+  report_error(state, synthetic_errors()[method]);
+}
 
 #if defined(INFERKIT_BENCH_WITH_EXAMPLES)
 // Inputs of every projection of a real model, recorded while it reads its own greedy text.
@@ -181,7 +183,8 @@ class Recorder final : public llama2c::ProjectionHook {
 };
 
 const std::vector<inferkit::MethodError>* model_errors() {
-  static const std::unique_ptr<std::vector<inferkit::MethodError>> r = []() -> std::unique_ptr<std::vector<inferkit::MethodError>> {
+  static const std::unique_ptr<std::vector<inferkit::MethodError>> r =
+      []() -> std::unique_ptr<std::vector<inferkit::MethodError>> {
     const char* path = std::getenv("INFERKIT_TEST_MODEL");
     if (!path) return nullptr;
     auto m = llama2c::Model::load(path);
@@ -277,18 +280,19 @@ QUANT_BENCH(BM_matvec_int4, "quant/inferkit/matvec_int4/4096x4096");
 QUANT_BENCH(BM_matvec_int4_q8, "quant/inferkit/matvec_int4_q8/4096x4096");
 QUANT_BENCH(BM_matmul_eigen, "quant/naive/matmul_f32_eigen/512x4096x4096")->Unit(benchmark::kMillisecond);
 QUANT_BENCH(BM_matmul_w8a8, "quant/inferkit/matmul_w8a8/512x4096x4096")->Unit(benchmark::kMillisecond);
-QUANT_BENCH(BM_matmul_w8a8_llm_int8, "quant/inferkit/matmul_w8a8_llm_int8/512x4096x4096")->Unit(benchmark::kMillisecond);
+QUANT_BENCH(BM_matmul_w8a8_llm_int8, "quant/inferkit/matmul_w8a8_llm_int8/512x4096x4096")
+    ->Unit(benchmark::kMillisecond);
 
 const int kErrorTableRegistered = [] {
   for (std::size_t i = 0; i < std::size(inferkit::kAllQuantMethods); ++i) {
     const std::string method = inferkit::quant_method_name(inferkit::kAllQuantMethods[i]);
-    benchmark::RegisterBenchmark(("quant/inferkit/error/outliers6x50/" + method).c_str(),
-                                 [i](benchmark::State& st) { BM_error_synthetic(st, i); })
-        ->Iterations(1);
+    benchmark::RegisterBenchmark(("quant/inferkit/error/outliers6x50/" + method).c_str(), [i](benchmark::State& st) {
+      BM_error_synthetic(st, i);
+    })->Iterations(1);
 #if defined(INFERKIT_BENCH_WITH_EXAMPLES)
-    benchmark::RegisterBenchmark(("quant/inferkit/error/stories260K/" + method).c_str(),
-                                 [i](benchmark::State& st) { BM_error_model(st, i); })
-        ->Iterations(1);
+    benchmark::RegisterBenchmark(("quant/inferkit/error/stories260K/" + method).c_str(), [i](benchmark::State& st) {
+      BM_error_model(st, i);
+    })->Iterations(1);
 #endif
   }
   return 0;

@@ -41,9 +41,19 @@ void BM_generate(benchmark::State& state) {
   state.counters["tokens_per_s"] = tokens / seconds;
 }
 
-BENCHMARK(BM_generate<false>)->Name("runner/inferkit/stories15M_random")->ArgName("threads")->Arg(1)->Arg(2)
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_generate<true>)->Name("runner/naive/stories15M_random")->ArgName("threads")->Arg(1)->Arg(2)
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_generate<false>)
+    ->Name("runner/inferkit/stories15M_random")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_generate<true>)
+    ->Name("runner/naive/stories15M_random")
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

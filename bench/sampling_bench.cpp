@@ -31,16 +31,16 @@
 #include "inferkit/sampling/dynamic_temperature.hpp"
 #include "inferkit/sampling/epsilon_eta.hpp"
 #include "inferkit/sampling/length_rules.hpp"
-#include "inferkit/sampling/mirostat.hpp"
-#include "inferkit/sampling/sequence_bias.hpp"
-#include "inferkit/sampling/top_n_sigma.hpp"
-#include "inferkit/sampling/typical.hpp"
-#include "inferkit/sampling/xtc.hpp"
 #include "inferkit/sampling/min_p.hpp"
+#include "inferkit/sampling/mirostat.hpp"
 #include "inferkit/sampling/reference.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
+#include "inferkit/sampling/sequence_bias.hpp"
 #include "inferkit/sampling/top_k.hpp"
+#include "inferkit/sampling/top_n_sigma.hpp"
 #include "inferkit/sampling/top_p.hpp"
+#include "inferkit/sampling/typical.hpp"
+#include "inferkit/sampling/xtc.hpp"
 
 namespace {
 
@@ -86,16 +86,30 @@ void run(benchmark::State& state, const std::function<void(std::vector<float>&, 
   ib::label_isa(state);
 }
 
-void BM_greedy_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { benchmark::DoNotOptimize(inferkit::argmax_token(x)); }); }
+void BM_greedy_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { benchmark::DoNotOptimize(inferkit::argmax_token(x)); });
+}
 void BM_greedy_naive(benchmark::State& s) {
   run(s, [](auto& x, auto) { benchmark::DoNotOptimize(std::max_element(x.begin(), x.end()) - x.begin()); });
 }
-void BM_topk_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_top_k(x, 40); }); }
-void BM_topk_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::top_k(x, 40); }); }
-void BM_topp_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_top_p(x, 0.95f); }); }
-void BM_topp_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::top_p(x, 0.95f); }); }
-void BM_minp_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_min_p(x, 0.05f); }); }
-void BM_minp_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::min_p(x, 0.05f); }); }
+void BM_topk_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_top_k(x, 40); });
+}
+void BM_topk_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::top_k(x, 40); });
+}
+void BM_topp_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_top_p(x, 0.95f); });
+}
+void BM_topp_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::top_p(x, 0.95f); });
+}
+void BM_minp_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_min_p(x, 0.05f); });
+}
+void BM_minp_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::min_p(x, 0.05f); });
+}
 
 void BM_chain_inferkit(benchmark::State& s) {
   const auto chain = inferkit::SamplerChain::inferkit_default(chain_params());
@@ -116,11 +130,19 @@ void BM_chain_naive(benchmark::State& s) {
   });
 }
 
-#define INFERKIT_SAMPLING_BENCH(fn, impl, rule)                                                              \
-  BENCHMARK(fn)->Name("sampling/" impl "/V32000_" rule)->ArgsProduct({{32000}, {1, 3, 6}})                   \
-      ->ArgNames({"", "sigma"})->UseManualTime()->Unit(benchmark::kMicrosecond);                            \
-  BENCHMARK(fn)->Name("sampling/" impl "/V128256_" rule)->ArgsProduct({{128256}, {1, 3, 6}})                 \
-      ->ArgNames({"", "sigma"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+#define INFERKIT_SAMPLING_BENCH(fn, impl, rule) \
+  BENCHMARK(fn)                                 \
+      ->Name("sampling/" impl "/V32000_" rule)  \
+      ->ArgsProduct({{32000}, {1, 3, 6}})       \
+      ->ArgNames({"", "sigma"})                 \
+      ->UseManualTime()                         \
+      ->Unit(benchmark::kMicrosecond);          \
+  BENCHMARK(fn)                                 \
+      ->Name("sampling/" impl "/V128256_" rule) \
+      ->ArgsProduct({{128256}, {1, 3, 6}})      \
+      ->ArgNames({"", "sigma"})                 \
+      ->UseManualTime()                         \
+      ->Unit(benchmark::kMicrosecond);
 
 INFERKIT_SAMPLING_BENCH(BM_greedy_inferkit, "inferkit", "greedy")
 INFERKIT_SAMPLING_BENCH(BM_greedy_naive, "naive", "greedy")
@@ -181,8 +203,12 @@ std::vector<TokenId> loop_history(std::size_t vocab, std::size_t length = 4096) 
 const inferkit::Dry kDry{0.8f, 1.75f, 2, -1, {{13}, {29871, 13}}};
 const inferkit::Xtc kXtc{0.1f, 1.0f, 1};
 
-void BM_xtc_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_xtc(std::span<float>(x), kXtc, inferkit::CounterRng(1), 0); }); }
-void BM_xtc_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::xtc(x, kXtc, 0.0); }); }
+void BM_xtc_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_xtc(std::span<float>(x), kXtc, inferkit::CounterRng(1), 0); });
+}
+void BM_xtc_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::xtc(x, kXtc, 0.0); });
+}
 void BM_dry_inferkit(benchmark::State& s) {
   const auto h = phrase_history(static_cast<std::size_t>(s.range(0)));
   run(s, [&](auto& x, auto) { inferkit::apply_dry(std::span<float>(x), h, kDry); });
@@ -199,20 +225,42 @@ void BM_dryloop_naive(benchmark::State& s) {
   const auto h = loop_history(static_cast<std::size_t>(s.range(0)));
   run(s, [&](auto& x, auto) { inferkit::reference::dry(x, h, kDry); });
 }
-void BM_mirostat1_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_mirostat(std::span<float>(x), {.version = 1}, 10.0f); }); }
-void BM_mirostat1_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::mirostat(x, {.version = 1}, 10.0f); }); }
-void BM_mirostat2_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_mirostat(std::span<float>(x), {.version = 2}, 10.0f); }); }
-void BM_mirostat2_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::mirostat(x, {.version = 2}, 10.0f); }); }
+void BM_mirostat1_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_mirostat(std::span<float>(x), {.version = 1}, 10.0f); });
+}
+void BM_mirostat1_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::mirostat(x, {.version = 1}, 10.0f); });
+}
+void BM_mirostat2_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_mirostat(std::span<float>(x), {.version = 2}, 10.0f); });
+}
+void BM_mirostat2_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::mirostat(x, {.version = 2}, 10.0f); });
+}
 void BM_dynatemp_inferkit(benchmark::State& s) {
   run(s, [](auto& x, auto) { inferkit::apply_dynamic_temperature(std::span<float>(x), {0.8f, 0.5f, 1.0f}); });
 }
-void BM_dynatemp_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::dynamic_temperature(x, {0.8f, 0.5f, 1.0f}); }); }
-void BM_topnsigma_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_top_n_sigma(std::span<float>(x), 1.0f); }); }
-void BM_topnsigma_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::top_n_sigma(x, 1.0f); }); }
-void BM_epsilon_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_epsilon_cutoff(std::span<float>(x), {3e-4f, 1}); }); }
-void BM_epsilon_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::epsilon_cutoff(x, {3e-4f, 1}); }); }
-void BM_eta_inferkit(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::apply_eta_cutoff(std::span<float>(x), {2e-3f, 1}); }); }
-void BM_eta_naive(benchmark::State& s) { run(s, [](auto& x, auto) { inferkit::reference::eta_cutoff(x, {2e-3f, 1}); }); }
+void BM_dynatemp_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::dynamic_temperature(x, {0.8f, 0.5f, 1.0f}); });
+}
+void BM_topnsigma_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_top_n_sigma(std::span<float>(x), 1.0f); });
+}
+void BM_topnsigma_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::top_n_sigma(x, 1.0f); });
+}
+void BM_epsilon_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_epsilon_cutoff(std::span<float>(x), {3e-4f, 1}); });
+}
+void BM_epsilon_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::epsilon_cutoff(x, {3e-4f, 1}); });
+}
+void BM_eta_inferkit(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::apply_eta_cutoff(std::span<float>(x), {2e-3f, 1}); });
+}
+void BM_eta_naive(benchmark::State& s) {
+  run(s, [](auto& x, auto) { inferkit::reference::eta_cutoff(x, {2e-3f, 1}); });
+}
 
 struct HfSequenceRules {
   inferkit::SequenceBias bias;
@@ -226,7 +274,8 @@ struct HfSequenceRules {
     for (int i = 0; i < 64; ++i) {
       std::vector<TokenId> seq(1 + rng() % 4);
       for (auto& t : seq) t = static_cast<TokenId>(rng() % vocab);
-      if (i % 4 == 0) std::copy(history.end() - static_cast<std::ptrdiff_t>(seq.size() - 1), history.end(), seq.begin());
+      if (i % 4 == 0)
+        std::copy(history.end() - static_cast<std::ptrdiff_t>(seq.size() - 1), history.end(), seq.begin());
       bias.entries.push_back({seq, -2.0f});
       seq.back() = static_cast<TokenId>((seq.back() + 1) % static_cast<TokenId>(vocab));
       bad.sequences.push_back(seq);
@@ -297,9 +346,13 @@ void BM_llamachain_naive(benchmark::State& s) {
   });
 }
 
-#define INFERKIT_SAMPLING_BENCH_128K(fn, impl, rule)                                                         \
-  BENCHMARK(fn)->Name("sampling/" impl "/V128256_" rule)->ArgsProduct({{128256}, {1, 3, 6}})                 \
-      ->ArgNames({"", "sigma"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+#define INFERKIT_SAMPLING_BENCH_128K(fn, impl, rule) \
+  BENCHMARK(fn)                                      \
+      ->Name("sampling/" impl "/V128256_" rule)      \
+      ->ArgsProduct({{128256}, {1, 3, 6}})           \
+      ->ArgNames({"", "sigma"})                      \
+      ->UseManualTime()                              \
+      ->Unit(benchmark::kMicrosecond);
 
 INFERKIT_SAMPLING_BENCH_128K(BM_xtc_inferkit, "inferkit", "xtc")
 INFERKIT_SAMPLING_BENCH_128K(BM_xtc_naive, "naive", "xtc")

@@ -112,13 +112,27 @@ void BM_contrastive_naive(benchmark::State& state) {
   ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
-BENCHMARK(BM_beam_inferkit)->Name("search/inferkit/beam")->ArgsProduct({{4, 8}, {32000, 128256}})
-    ->ArgNames({"B", "V"})->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_beam_naive)->Name("search/naive/beam")->ArgsProduct({{4, 8}, {32000, 128256}})
-    ->ArgNames({"B", "V"})->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_contrastive_inferkit)->Name("search/inferkit/contrastive_H4096")->ArgsProduct({{4, 10}, {512, 4096}})
-    ->ArgNames({"k", "ctx"})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_contrastive_naive)->Name("search/naive/contrastive_H4096")->ArgsProduct({{4, 10}, {512, 4096}})
-    ->ArgNames({"k", "ctx"})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_beam_inferkit)
+    ->Name("search/inferkit/beam")
+    ->ArgsProduct({{4, 8}, {32000, 128256}})
+    ->ArgNames({"B", "V"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_beam_naive)
+    ->Name("search/naive/beam")
+    ->ArgsProduct({{4, 8}, {32000, 128256}})
+    ->ArgNames({"B", "V"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_contrastive_inferkit)
+    ->Name("search/inferkit/contrastive_H4096")
+    ->ArgsProduct({{4, 10}, {512, 4096}})
+    ->ArgNames({"k", "ctx"})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_contrastive_naive)
+    ->Name("search/naive/contrastive_H4096")
+    ->ArgsProduct({{4, 10}, {512, 4096}})
+    ->ArgNames({"k", "ctx"})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

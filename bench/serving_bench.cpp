@@ -94,7 +94,8 @@ class NaiveScheduler {
     // Rescan: classify every request.
     std::vector<std::size_t> running, waiting;
     for (std::size_t i = 0; i < reqs_.size(); ++i) (reqs_[i]->running ? running : waiting).push_back(i);
-    std::sort(running.begin(), running.end(), [&](std::size_t a, std::size_t b) { return reqs_[a]->admitted < reqs_[b]->admitted; });
+    std::sort(running.begin(), running.end(),
+              [&](std::size_t a, std::size_t b) { return reqs_[a]->admitted < reqs_[b]->admitted; });
     for (std::size_t i : running) {  // decode rows
       Req& r = *reqs_[i];
       if (pending(r) == 1 && generated(r) > 0) {
@@ -114,8 +115,7 @@ class NaiveScheduler {
     }
     // Waiting order: re-sorted (LPM: every prompt re-matched) each iteration.
     std::vector<std::pair<Index, std::size_t>> order;
-    for (std::size_t i : waiting)
-      order.push_back({lpm_ ? -trie_->peek(reqs_[i]->p.identity, reqs_[i]->tokens) : 0, i});
+    for (std::size_t i : waiting) order.push_back({lpm_ ? -trie_->peek(reqs_[i]->p.identity, reqs_[i]->tokens) : 0, i});
     std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : reqs_[a.second]->arrival < reqs_[b.second]->arrival;
     });
@@ -153,7 +153,8 @@ class NaiveScheduler {
       r.computed = row.position + row.n;
       if (row.sample) r.tokens.push_back(sampled[k++]);
       if (r.computed / kPage > r.fed_pages) {  // a page completed: re-insert and re-pin from the root
-        const auto done = std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(r.computed / kPage * kPage));
+        const auto done =
+            std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(r.computed / kPage * kPage));
         trie_->insert(r.p.identity, done, r.table.blocks());
         auto m = trie_->match(r.p.identity, done);
         if (r.handle.deepest >= 0) trie_->release(r.handle);
@@ -196,7 +197,8 @@ class NaiveScheduler {
   static Index generated(const Req& r) { return static_cast<Index>(r.tokens.size()) - r.prompt_len; }
   void grow(Req& r, Index n) {
     while (!r.table.reserve(n))
-      if (trie_->evict(1) == 0) throw std::runtime_error("naive scheduler: pool exhausted (the benchmark pool holds the workload)");
+      if (trie_->evict(1) == 0)
+        throw std::runtime_error("naive scheduler: pool exhausted (the benchmark pool holds the workload)");
     r.table.commit(n);
   }
 
@@ -214,8 +216,10 @@ class NaiveScheduler {
 void BM_overhead_inferkit(benchmark::State& state) {
   auto pool = make_pool();
   inferkit::PrefixTrie<float> trie(pool);
-  const auto policy = state.range(0) ? inferkit::SchedulingPolicy::kLongestPrefixMatch : inferkit::SchedulingPolicy::kFcfs;
-  inferkit::Scheduler<float> sched(pool, &trie, {.max_batched_tokens = kBudget, .max_sequences = kRunning, .policy = policy});
+  const auto policy =
+      state.range(0) ? inferkit::SchedulingPolicy::kLongestPrefixMatch : inferkit::SchedulingPolicy::kFcfs;
+  inferkit::Scheduler<float> sched(pool, &trie,
+                                   {.max_batched_tokens = kBudget, .max_sequences = kRunning, .policy = policy});
   RequestSource work;
   for (Index i = 0; i < kRunning + state.range(1); ++i) sched.add_request(work.next());
   std::vector<TokenId> sampled;
@@ -298,14 +302,27 @@ void BM_forward_proxy(benchmark::State& state) {
     logits.noalias() = x * cls;
     benchmark::DoNotOptimize(logits.data());
   }
-  inferkit::bench::set_gflops(state, 2.0 * double(rows) * double(layers * (dim * 3 * dim + dim * dim + dim * 2 * hidden + hidden * dim) + dim * vocab));
+  inferkit::bench::set_gflops(
+      state, 2.0 * double(rows) *
+                 double(layers * (dim * 3 * dim + dim * dim + dim * 2 * hidden + hidden * dim) + dim * vocab));
 }
 
-BENCHMARK(BM_overhead_inferkit)->Name("serving/inferkit/overhead")->ArgNames({"policy", "waiting"})
-    ->ArgsProduct({{0, 1}, {64, 1024}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_overhead_naive)->Name("serving/naive/overhead")->ArgNames({"policy", "waiting"})
-    ->ArgsProduct({{0, 1}, {64, 1024}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_forward_proxy)->Name("serving/forward_proxy/stories15M")->ArgName("rows")->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_overhead_inferkit)
+    ->Name("serving/inferkit/overhead")
+    ->ArgNames({"policy", "waiting"})
+    ->ArgsProduct({{0, 1}, {64, 1024}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_overhead_naive)
+    ->Name("serving/naive/overhead")
+    ->ArgNames({"policy", "waiting"})
+    ->ArgsProduct({{0, 1}, {64, 1024}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_forward_proxy)
+    ->Name("serving/forward_proxy/stories15M")
+    ->ArgName("rows")
+    ->Arg(256)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // ---------------------------------------------------------------------------------------------
 // 2. Throughput benchmarks go here.

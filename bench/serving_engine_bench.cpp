@@ -195,9 +195,22 @@ void BM_online(benchmark::State& state) {
 
 BENCHMARK(BM_sequential)->Name("serving/sequential/stories15M")->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 BENCHMARK(BM_static)->Name("serving/static/stories15M")->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
-BENCHMARK(BM_continuous)->Name("serving/continuous/stories15M")->ArgName("deterministic")->Arg(0)->Arg(1)
-    ->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
-BENCHMARK(BM_online)->Name("serving/online/stories15M")->ArgName("chunked")->Arg(0)->Arg(1)->Arg(2)
-    ->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_continuous)
+    ->Name("serving/continuous/stories15M")
+    ->ArgName("deterministic")
+    ->Arg(0)
+    ->Arg(1)
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
+BENCHMARK(BM_online)
+    ->Name("serving/online/stories15M")
+    ->ArgName("chunked")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
 
 }  // namespace

@@ -15,11 +15,11 @@ namespace inferkit::bench {
 
 /// Shape of the synthetic serving workload.
 struct ServingWorkloadConfig {
-  Index prompt_min = 32, prompt_max = 512;    ///< prompt length, uniform
-  Index output_min = 16, output_max = 256;    ///< max_new_tokens, uniform
-  int shared_prefixes = 16;                   ///< system prompts (each prompt_max tokens long)
-  double shared_fraction = 0.5;               ///< leading fraction of a prompt taken from its system prompt
-  Index prefix_tokens = 0;                    ///< > 0: leading tokens taken from the system prompt instead (clipped to the prompt)
+  Index prompt_min = 32, prompt_max = 512;  ///< prompt length, uniform
+  Index output_min = 16, output_max = 256;  ///< max_new_tokens, uniform
+  int shared_prefixes = 16;                 ///< system prompts (each prompt_max tokens long)
+  double shared_fraction = 0.5;             ///< leading fraction of a prompt taken from its system prompt
+  Index prefix_tokens = 0;  ///< > 0: leading tokens taken from the system prompt instead (clipped to the prompt)
   int vocab = 32000;
   unsigned seed = 1;
 };
@@ -55,7 +55,9 @@ class ServingWorkload {
   }
 
  private:
-  Index uniform(Index lo, Index hi) { return lo + static_cast<Index>(rng_() % static_cast<std::uint64_t>(hi - lo + 1)); }
+  Index uniform(Index lo, Index hi) {
+    return lo + static_cast<Index>(rng_() % static_cast<std::uint64_t>(hi - lo + 1));
+  }
   TokenId token() { return static_cast<TokenId>(rng_() % static_cast<std::uint64_t>(c_.vocab)); }
 
   ServingWorkloadConfig c_;

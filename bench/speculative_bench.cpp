@@ -32,7 +32,9 @@ struct Case {
     for (Index i = 0; i <= k; ++i) p.insert(p.end(), row.begin(), row.end());
     for (Index i = 0; i < k; ++i) draft.push_back(static_cast<TokenId>((i * 7919) % v));
     if (reject_first) {  // move token draft[0]'s target mass elsewhere
-      p[static_cast<std::size_t>(draft[0]) + 1 >= static_cast<std::size_t>(v) ? 0 : static_cast<std::size_t>(draft[0]) + 1] += p[static_cast<std::size_t>(draft[0])];
+      p[static_cast<std::size_t>(draft[0]) + 1 >= static_cast<std::size_t>(v)
+            ? 0
+            : static_cast<std::size_t>(draft[0]) + 1] += p[static_cast<std::size_t>(draft[0])];
       p[static_cast<std::size_t>(draft[0])] = 0.0f;
     }
   }
@@ -56,13 +58,16 @@ inferkit::VerifyResult naive_verify(const Case& c, const inferkit::CounterRng& r
       ++r.accepted;
       continue;
     }
-    r.tokens.push_back(static_cast<TokenId>(inferkit::detail::walk_to(residual.data(), residual.size(), 0.0, inferkit::CounterRng::to_unit_double(blk[2], blk[3]) * total)));
+    r.tokens.push_back(static_cast<TokenId>(inferkit::detail::walk_to(
+        residual.data(), residual.size(), 0.0, inferkit::CounterRng::to_unit_double(blk[2], blk[3]) * total)));
     return r;
   }
   double total = 0;
   for (Index v = 0; v < c.vocab; ++v) total += p(c.k, v);
   const auto blk = rng.block(first + static_cast<std::uint64_t>(c.k));
-  r.tokens.push_back(static_cast<TokenId>(inferkit::detail::walk_to(p.row_ptr(c.k), static_cast<std::size_t>(c.vocab), 0.0, inferkit::CounterRng::to_unit_double(blk[2], blk[3]) * total)));
+  r.tokens.push_back(
+      static_cast<TokenId>(inferkit::detail::walk_to(p.row_ptr(c.k), static_cast<std::size_t>(c.vocab), 0.0,
+                                                     inferkit::CounterRng::to_unit_double(blk[2], blk[3]) * total)));
   r.bonus = true;
   return r;
 }
@@ -77,7 +82,8 @@ void BM_verify(benchmark::State& state) {
     if constexpr (kNaive) {
       benchmark::DoNotOptimize(naive_verify(c, rng, it));
     } else {
-      benchmark::DoNotOptimize(inferkit::verify_draft(c.draft, {c.q.data(), c.k, c.vocab}, {c.p.data(), c.k + 1, c.vocab}, rng, it));
+      benchmark::DoNotOptimize(
+          inferkit::verify_draft(c.draft, {c.q.data(), c.k, c.vocab}, {c.p.data(), c.k + 1, c.vocab}, rng, it));
     }
     it += 16;
   }

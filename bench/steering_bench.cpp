@@ -17,8 +17,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <cstdint>
+#include <ctime>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -37,8 +37,11 @@ constexpr Index kD = 4096, kFfn = 11008, kRows = 64;
 // deterministic pattern (their values do not change the time).
 class Layer {
  public:
-  Layer() : w_(static_cast<std::size_t>(4 * kD * kD + 3 * kFfn * kD)), x_(ib::normal_floats(kD, 1.0f, 3)),
-            y_(static_cast<std::size_t>(kFfn)), out_(static_cast<std::size_t>(kD)) {
+  Layer()
+      : w_(static_cast<std::size_t>(4 * kD * kD + 3 * kFfn * kD)),
+        x_(ib::normal_floats(kD, 1.0f, 3)),
+        y_(static_cast<std::size_t>(kFfn)),
+        out_(static_cast<std::size_t>(kD)) {
     std::uint32_t s = 12345;
     for (auto& w : w_) {
       s = s * 1664525u + 1013904223u;
@@ -54,9 +57,9 @@ class Layer {
       w += rows * cols;
     };
     for (int m = 0; m < 4; ++m) matvec(kD, kD, x_.data(), y_.data());  // wq, wk, wv, wo
-    matvec(kFfn, kD, x_.data(), y_.data());                             // w1
-    matvec(kFfn, kD, x_.data(), y_.data());                             // w3
-    matvec(kD, kFfn, y_.data(), out_.data());                           // w2
+    matvec(kFfn, kD, x_.data(), y_.data());                            // w1
+    matvec(kFfn, kD, x_.data(), y_.data());                            // w3
+    matvec(kD, kFfn, y_.data(), out_.data());                          // w2
     return out_[0];
   }
 
@@ -141,13 +144,17 @@ void BM_add(benchmark::State& state) {
   run(state, [](float* h) { inferkit::detail::add_direction_unchecked(h, vec_v().data(), kN, {.scale = kScale}); });
 }
 void BM_add_norm(benchmark::State& state) {
-  run(state, [](float* h) { inferkit::detail::add_direction_unchecked(h, vec_v().data(), kN, {.scale = kScale, .preserve_norm = true}); });
+  run(state, [](float* h) {
+    inferkit::detail::add_direction_unchecked(h, vec_v().data(), kN, {.scale = kScale, .preserve_norm = true});
+  });
 }
 void BM_ablate(benchmark::State& state) {
   run(state, [](float* h) { inferkit::detail::ablate_direction_unchecked(h, vec_u().data(), uu(), kN, {}); });
 }
 void BM_ablate_norm(benchmark::State& state) {
-  run(state, [](float* h) { inferkit::detail::ablate_direction_unchecked(h, vec_u().data(), uu(), kN, {.preserve_norm = true}); });
+  run(state, [](float* h) {
+    inferkit::detail::ablate_direction_unchecked(h, vec_u().data(), uu(), kN, {.preserve_norm = true});
+  });
 }
 void BM_plan2(benchmark::State& state) {
   inferkit::SteeringPlan plan(1, kD);

@@ -22,11 +22,11 @@
 #include <stdexcept>
 #include <vector>
 
-#include "llama2c.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/core/threading.hpp"
 #include "inferkit/serving/batch_plan.hpp"
+#include "llama2c.hpp"
 
 namespace llama2c {
 
@@ -90,7 +90,8 @@ void gemm_tile(const float* x, Index ldx, const float* wt, Index ldw, Index K, f
 }
 
 template <int R = kGemmRows>
-void gemm_rows(int rows, const float* x, Index ldx, const float* wt, Index ldw, Index K, float* y, Index ldy, Index cols) {
+void gemm_rows(int rows, const float* x, Index ldx, const float* wt, Index ldw, Index K, float* y, Index ldy,
+               Index cols) {
   if constexpr (R > 1) {
     if (rows < R) return gemm_rows<R - 1>(rows, x, ldx, wt, ldw, K, y, ldy, cols);
   }
@@ -107,7 +108,9 @@ struct TransposedMatrix {
 
   /// Transposes a row-major [out x in] matrix.
   explicit TransposedMatrix(const MatrixMap& w)
-      : in(w.cols()), out(w.rows()), padded_out(inferkit::ceil_div(w.rows(), detail::kGemmCols) * detail::kGemmCols),
+      : in(w.cols()),
+        out(w.rows()),
+        padded_out(inferkit::ceil_div(w.rows(), detail::kGemmCols) * detail::kGemmCols),
         data(static_cast<std::size_t>(in * padded_out)) {
     std::fill(data.data(), data.data() + in * padded_out, 0.0f);
     for (Index o = 0; o < out; ++o)
@@ -150,7 +153,9 @@ class BatchForward {
  public:
   /// Throws std::invalid_argument for a model with installed projections (quantized weights).
   BatchForward(const Model& m, BatchForwardOptions o) : m_(&m), o_(o) {
-    if (m.projections()) throw std::invalid_argument("llama2c: the batched forward runs float weights (no --weights / quantized projections)");
+    if (m.projections())
+      throw std::invalid_argument(
+          "llama2c: the batched forward runs float weights (no --weights / quantized projections)");
     if (o.deterministic) {
       const Config& c = m.config();
       for (int l = 0; l < c.n_layers; ++l)
@@ -227,8 +232,10 @@ class BatchForward {
     for (Index i = 0; i < rows; ++i)
       rmsnorm(xl_.row(i).data(), x_.row(plan.logit_rows[static_cast<std::size_t>(i)]).data(), m_->rms_final(), D);
     Eigen::Map<RowMatrix> out(logits, rows, c.vocab_size);
-    if (o_.deterministic) fixed_order_gemm(xl_.data(), rows, D, wt_.back(), logits, c.vocab_size, o_.threads);
-    else out.noalias() = xl_ * m_->wcls().transpose();
+    if (o_.deterministic)
+      fixed_order_gemm(xl_.data(), rows, D, wt_.back(), logits, c.vocab_size, o_.threads);
+    else
+      out.noalias() = xl_ * m_->wcls().transpose();
   }
 
  private:

@@ -31,7 +31,8 @@ class ContextParallelShard final : public ShardedAttention {
     const std::int64_t first = std::int64_t{rank} * shard_tokens;
     first_ = static_cast<std::int32_t>(std::min<std::int64_t>(first, std::numeric_limits<std::int32_t>::max()));
     end_ = rank + 1 == size ? std::numeric_limits<std::int32_t>::max()
-                            : static_cast<std::int32_t>(std::min<std::int64_t>(first + shard_tokens, std::numeric_limits<std::int32_t>::max()));
+                            : static_cast<std::int32_t>(std::min<std::int64_t>(
+                                  first + shard_tokens, std::numeric_limits<std::int32_t>::max()));
   }
   std::int32_t first() const override { return first_; }
   std::int32_t end() const override { return end_; }

@@ -18,13 +18,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <istream>
-#include <ostream>
 #include <functional>
+#include <istream>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -104,24 +104,29 @@ class Model {
     const auto bytes = static_cast<std::size_t>(f.tellg());
     f.seekg(0);
     if (bytes < 7 * sizeof(std::int32_t))
-      throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) + " bytes, no header");
+      throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) +
+                                  " bytes, no header");
     std::int32_t h[7];
     f.read(reinterpret_cast<char*>(h), sizeof(h));
     if (h[5] == std::numeric_limits<std::int32_t>::min())  // a negative vocab_size flags an unshared classifier
-      throw std::invalid_argument("llama2c: " + path + ": vocab_size = " + std::to_string(h[5]) + " is invalid: |vocab_size| must be < 2^31");
+      throw std::invalid_argument("llama2c: " + path + ": vocab_size = " + std::to_string(h[5]) +
+                                  " is invalid: |vocab_size| must be < 2^31");
     Config c{h[0], h[1], h[2], h[3], h[4], std::abs(h[5]), h[6], h[5] > 0};
     std::size_t header = sizeof(h);
     if (h[1] == kMoeMarker) {
       if (!allow_moe)
-        throw std::invalid_argument("llama2c: model file '" + path + "' is a mixture-of-experts checkpoint (the MoE header "
-                                    "extension of moe_model.hpp), not a dense llama2.c checkpoint: read it with Model::load_any");
+        throw std::invalid_argument(
+            "llama2c: model file '" + path +
+            "' is a mixture-of-experts checkpoint (the MoE header "
+            "extension of moe_model.hpp), not a dense llama2.c checkpoint: read it with Model::load_any");
       std::int32_t x[5] = {};
       if (bytes < sizeof(h) + sizeof(x))
         throw std::invalid_argument("llama2c: MoE model file '" + path + "' is truncated: " + std::to_string(bytes) +
                                     " bytes, no room for the MoE header extension");
       f.read(reinterpret_cast<char*>(x), sizeof(x));
       if (x[0] != kMoeVersion)
-        throw std::invalid_argument("llama2c: MoE model file '" + path + "': header extension version = " + std::to_string(x[0]) +
+        throw std::invalid_argument("llama2c: MoE model file '" + path +
+                                    "': header extension version = " + std::to_string(x[0]) +
                                     " is invalid: this reader knows version " + std::to_string(kMoeVersion));
       if (x[4] < 0 || x[4] > 2)
         throw std::invalid_argument("llama2c: MoE model file '" + path + "': router mode = " + std::to_string(x[4]) +
@@ -148,8 +153,9 @@ class Model {
       throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) +
                                   " bytes, the header's shape needs " + std::to_string(need));
     if (bytes > need)
-      throw std::invalid_argument("llama2c: model file '" + path + "' has " + std::to_string(bytes - need) +
-                                  " unexpected trailing bytes for its header's shape (not a version-0 float32 checkpoint?)");
+      throw std::invalid_argument(
+          "llama2c: model file '" + path + "' has " + std::to_string(bytes - need) +
+          " unexpected trailing bytes for its header's shape (not a version-0 float32 checkpoint?)");
     f.read(reinterpret_cast<char*>(m.data_.data()), static_cast<std::streamsize>(m.data_.size() * sizeof(float)));
     m.map();
     return m;
@@ -181,11 +187,14 @@ class Model {
 
   /// Writes the checkpoint (the format load_any() reads) to a binary stream.
   void save(std::ostream& f) const {
-    const std::int32_t h[7] = {c_.dim, c_.moe() ? kMoeMarker : c_.hidden_dim, c_.n_layers, c_.n_heads, c_.n_kv_heads,
-                               c_.shared_classifier ? c_.vocab_size : -c_.vocab_size, c_.seq_len};
+    const std::int32_t h[7] = {c_.dim,        c_.moe() ? kMoeMarker : c_.hidden_dim,
+                               c_.n_layers,   c_.n_heads,
+                               c_.n_kv_heads, c_.shared_classifier ? c_.vocab_size : -c_.vocab_size,
+                               c_.seq_len};
     f.write(reinterpret_cast<const char*>(h), sizeof(h));
     if (c_.moe()) {
-      const std::int32_t x[5] = {kMoeVersion, c_.hidden_dim, c_.n_experts, c_.experts_per_token, static_cast<std::int32_t>(c_.router)};
+      const std::int32_t x[5] = {kMoeVersion, c_.hidden_dim, c_.n_experts, c_.experts_per_token,
+                                 static_cast<std::int32_t>(c_.router)};
       f.write(reinterpret_cast<const char*>(x), sizeof(x));
     }
     f.write(reinterpret_cast<const char*>(data_.data()), static_cast<std::streamsize>(data_.size() * sizeof(float)));
@@ -199,17 +208,33 @@ class Model {
   VectorMap rms_ffn(int l) const { return VectorMap(rms_ffn_ + l * c_.dim, c_.dim); }
   VectorMap rms_final() const { return VectorMap(rms_final_, c_.dim); }
   MatrixMap wq(int l) const { return MatrixMap(wq_ + static_cast<std::size_t>(l) * c_.dim * c_.dim, c_.dim, c_.dim); }
-  MatrixMap wk(int l) const { return MatrixMap(wk_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim); }
-  MatrixMap wv(int l) const { return MatrixMap(wv_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim); }
+  MatrixMap wk(int l) const {
+    return MatrixMap(wk_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim);
+  }
+  MatrixMap wv(int l) const {
+    return MatrixMap(wv_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim);
+  }
   MatrixMap wo(int l) const { return MatrixMap(wo_ + static_cast<std::size_t>(l) * c_.dim * c_.dim, c_.dim, c_.dim); }
-  MatrixMap w1(int l) const { return MatrixMap(w1_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim); }
-  MatrixMap w2(int l) const { return MatrixMap(w2_ + static_cast<std::size_t>(l) * c_.dim * c_.hidden_dim, c_.dim, c_.hidden_dim); }
-  MatrixMap w3(int l) const { return MatrixMap(w3_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim); }
+  MatrixMap w1(int l) const {
+    return MatrixMap(w1_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim);
+  }
+  MatrixMap w2(int l) const {
+    return MatrixMap(w2_ + static_cast<std::size_t>(l) * c_.dim * c_.hidden_dim, c_.dim, c_.hidden_dim);
+  }
+  MatrixMap w3(int l) const {
+    return MatrixMap(w3_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim);
+  }
   MatrixMap wcls() const { return MatrixMap(wcls_, c_.vocab_size, c_.dim); }
   /// Layer l's router and experts (MoE checkpoints only).
   MoeLayerView moe_layer(int l) const {
     const std::size_t E = c_.n_experts, h = c_.hidden_dim, d = c_.dim;
-    return {router_ + l * E * d, w1_ + l * E * h * d, w2_ + l * E * d * h, w3_ + l * E * h * d, c_.n_experts, c_.hidden_dim, c_.dim};
+    return {router_ + l * E * d,
+            w1_ + l * E * h * d,
+            w2_ + l * E * d * h,
+            w3_ + l * E * h * d,
+            c_.n_experts,
+            c_.hidden_dim,
+            c_.dim};
   }
   /// The MoE FFN's options, statistics and workspace (MoE checkpoints only).
   MoeFfn& moe_ffn() const { return *moe_; }
@@ -217,14 +242,22 @@ class Model {
     if (c_.moe() && (p == Proj::kW1 || p == Proj::kW2 || p == Proj::kW3))
       throw std::invalid_argument("llama2c: an MoE model has no dense FFN matrices (w1, w2, w3 are per expert)");
     switch (p) {
-      case Proj::kQ: return wq(l);
-      case Proj::kK: return wk(l);
-      case Proj::kV: return wv(l);
-      case Proj::kO: return wo(l);
-      case Proj::kW1: return w1(l);
-      case Proj::kW2: return w2(l);
-      case Proj::kW3: return w3(l);
-      case Proj::kClassifier: break;
+      case Proj::kQ:
+        return wq(l);
+      case Proj::kK:
+        return wk(l);
+      case Proj::kV:
+        return wv(l);
+      case Proj::kO:
+        return wo(l);
+      case Proj::kW1:
+        return w1(l);
+      case Proj::kW2:
+        return w2(l);
+      case Proj::kW3:
+        return w3(l);
+      case Proj::kClassifier:
+        break;
     }
     return wcls();
   }
@@ -255,14 +288,16 @@ class Model {
 
   static void validate(const Config& c, const std::string& what) {
     const auto bad = [&](const std::string& field, long v, const std::string& rule) {
-      throw std::invalid_argument("llama2c: " + what + ": " + field + " = " + std::to_string(v) + " is invalid: " + rule);
+      throw std::invalid_argument("llama2c: " + what + ": " + field + " = " + std::to_string(v) +
+                                  " is invalid: " + rule);
     };
     if (c.dim <= 0) bad("dim", c.dim, "must be > 0");
     if (c.hidden_dim <= 0) bad("hidden_dim", c.hidden_dim, "must be > 0");
     if (c.n_layers <= 0) bad("n_layers", c.n_layers, "must be > 0");
     if (c.n_heads <= 0 || c.dim % c.n_heads != 0) bad("n_heads", c.n_heads, "must be > 0 and divide dim");
     if (c.head_size() % 2 != 0) bad("head_size", c.head_size(), "must be even for RoPE");
-    if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) bad("n_kv_heads", c.n_kv_heads, "must be > 0 and divide n_heads");
+    if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
+      bad("n_kv_heads", c.n_kv_heads, "must be > 0 and divide n_heads");
     if (c.vocab_size <= 0) bad("vocab_size", c.vocab_size, "must be non-zero");
     if (c.seq_len <= 0) bad("seq_len", c.seq_len, "must be > 0");
     if (c.n_experts < 0) bad("n_experts", c.n_experts, "must be >= 0 (0 = dense)");
@@ -340,8 +375,8 @@ struct CacheOptions {
   CacheKind kind = CacheKind::kDense;
   Index window = 0, sinks = 0;
   inferkit::PositionPolicy positions = inferkit::PositionPolicy::kOriginal;
-  std::optional<inferkit::KvQuantConfig> quant;  // dense, or window / sink with per-token specs
-  inferkit::BlockPool<float>* pool = nullptr;    // kPaged: blocks come from this shared pool
+  std::optional<inferkit::KvQuantConfig> quant;                      // dense, or window / sink with per-token specs
+  inferkit::BlockPool<float>* pool = nullptr;                        // kPaged: blocks come from this shared pool
   inferkit::BlockPool<inferkit::QuantizedKv>* quant_pool = nullptr;  // kPaged over quantized pages (instead of pool)
   bool naive_attention = false;  // baseline runs: inferkit's fp64 reference instead of the kernels
   inferkit::AttentionArithmetic arithmetic = inferkit::AttentionArithmetic::kExact;  // --attn-arith
@@ -370,17 +405,25 @@ class Cache {
     if (o.shard && (o.kind != CacheKind::kDense || o.quant || o.naive_attention))
       throw std::invalid_argument("llama2c: context parallelism needs the dense float cache and inferkit's attention");
     if (o.kind == CacheKind::kPaged) {
-      if (o.quant_pool) impl_.emplace<inferkit::BlockTable<inferkit::QuantizedKv>>(*o.quant_pool);
-      else if (o.pool) impl_.emplace<inferkit::BlockTable<float>>(*o.pool);
-      else throw std::invalid_argument("llama2c: a paged cache needs a block pool");
+      if (o.quant_pool)
+        impl_.emplace<inferkit::BlockTable<inferkit::QuantizedKv>>(*o.quant_pool);
+      else if (o.pool)
+        impl_.emplace<inferkit::BlockTable<float>>(*o.pool);
+      else
+        throw std::invalid_argument("llama2c: a paged cache needs a block pool");
     } else if (o.kind == CacheKind::kDense) {
-      if (o.quant) impl_.emplace<inferkit::QuantizedKvCache>(L, H, D, *o.quant);
-      else impl_.emplace<inferkit::DenseKvCache<float>>(L, H, D, 64);
+      if (o.quant)
+        impl_.emplace<inferkit::QuantizedKvCache>(L, H, D, *o.quant);
+      else
+        impl_.emplace<inferkit::DenseKvCache<float>>(L, H, D, 64);
     } else {
       const Index sinks = o.kind == CacheKind::kWindow ? 0 : o.sinks;
       const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
-      if (o.quant) impl_.emplace<inferkit::QuantizedSinkWindowCache>(L, H, D, sinks, o.window, o.positions, rope, o.quant->keys, o.quant->values);
-      else impl_.emplace<inferkit::SinkWindowCache<float>>(L, H, D, sinks, o.window, o.positions, rope);
+      if (o.quant)
+        impl_.emplace<inferkit::QuantizedSinkWindowCache>(L, H, D, sinks, o.window, o.positions, rope, o.quant->keys,
+                                                          o.quant->values);
+      else
+        impl_.emplace<inferkit::SinkWindowCache<float>>(L, H, D, sinks, o.window, o.positions, rope);
     }
   }
 
@@ -403,22 +446,24 @@ class Cache {
       return;
     }
     const inferkit::Tensor3View<const float> kt(k, tokens, kv_heads, head), vt(v, tokens, kv_heads, head);
-    std::visit([&](auto& c) {
-      using C = std::decay_t<decltype(c)>;
-      if constexpr (kIsSinkWindow<C>) {
-        std::vector<std::int32_t> p(static_cast<std::size_t>(tokens));
-        for (Index i = 0; i < tokens; ++i) p[static_cast<std::size_t>(i)] = pos + static_cast<std::int32_t>(i);
-        c.append(layer, kt, vt, p);
-      } else if constexpr (kIsTable<C>) {
-        if (layer == 0) {  // the step's tokens get their slots (all layers) before layer 0 attends
-          if (!c.reserve(tokens)) throw std::runtime_error("llama2c: the block pool is exhausted");
-          c.commit(tokens);
-        }
-        c.write_at(layer, c.num_tokens() - tokens, kt, vt);
-      } else {
-        c.append(layer, kt, vt);
-      }
-    }, impl_);
+    std::visit(
+        [&](auto& c) {
+          using C = std::decay_t<decltype(c)>;
+          if constexpr (kIsSinkWindow<C>) {
+            std::vector<std::int32_t> p(static_cast<std::size_t>(tokens));
+            for (Index i = 0; i < tokens; ++i) p[static_cast<std::size_t>(i)] = pos + static_cast<std::int32_t>(i);
+            c.append(layer, kt, vt, p);
+          } else if constexpr (kIsTable<C>) {
+            if (layer == 0) {  // the step's tokens get their slots (all layers) before layer 0 attends
+              if (!c.reserve(tokens)) throw std::runtime_error("llama2c: the block pool is exhausted");
+              c.commit(tokens);
+            }
+            c.write_at(layer, c.num_tokens() - tokens, kt, vt);
+          } else {
+            c.append(layer, kt, vt);
+          }
+        },
+        impl_);
   }
 
   /// Position the newest query of a layer sits at (after its K/V were appended).
@@ -435,25 +480,31 @@ class Cache {
                                 inferkit::ShiftedKv(dense.source(layer), opt_.shard->first()),
                                 inferkit::Tensor3View<float>(out, tokens, heads, head));
     }
-    std::visit([&](const auto& c) {
-      const inferkit::Tensor3View<const float> qv(q, tokens, heads, head);
-      const inferkit::Tensor3View<float> ov(out, tokens, heads, head);
-      if (opt_.naive_attention) inferkit::attention_reference(qv, c.source(layer), ov, {});
-      else {
-        inferkit::AttentionOptions ao;
-        ao.arithmetic = opt_.arithmetic;
-        ao.batch_invariant = opt_.batch_invariant;
-        inferkit::attention(qv, c.source(layer), ov, {}, ao);
-      }
-    }, impl_);
+    std::visit(
+        [&](const auto& c) {
+          const inferkit::Tensor3View<const float> qv(q, tokens, heads, head);
+          const inferkit::Tensor3View<float> ov(out, tokens, heads, head);
+          if (opt_.naive_attention)
+            inferkit::attention_reference(qv, c.source(layer), ov, {});
+          else {
+            inferkit::AttentionOptions ao;
+            ao.arithmetic = opt_.arithmetic;
+            ao.batch_invariant = opt_.batch_invariant;
+            inferkit::attention(qv, c.source(layer), ov, {}, ao);
+          }
+        },
+        impl_);
   }
 
   /// The paged cache's block table (kPaged only; T = QuantizedKv over a quant_pool).
   template <class T = float>
-  inferkit::BlockTable<T>& table() { return std::get<inferkit::BlockTable<T>>(impl_); }
+  inferkit::BlockTable<T>& table() {
+    return std::get<inferkit::BlockTable<T>>(impl_);
+  }
 
   void truncate(Index length) {
-    if (opt_.shard) throw std::invalid_argument("llama2c: truncation (speculative decoding) does not work with context parallelism");
+    if (opt_.shard)
+      throw std::invalid_argument("llama2c: truncation (speculative decoding) does not work with context parallelism");
     if (auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return d->truncate(length);
     if (auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) return t->truncate(length);
     if (auto* t = std::get_if<inferkit::BlockTable<inferkit::QuantizedKv>>(&impl_)) return t->truncate(length);
@@ -464,8 +515,10 @@ class Cache {
   double bytes_held(const Config& c) const {
     const double per_token = 2.0 * c.n_layers * c.kv_dim() * sizeof(float);
     if (const auto* q = std::get_if<inferkit::QuantizedKvCache>(&impl_)) return static_cast<double>(q->bytes_in_use());
-    if (const auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_)) return per_token * static_cast<double>(d->length(0));
-    if (const auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) return per_token * static_cast<double>(t->num_tokens());
+    if (const auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_))
+      return per_token * static_cast<double>(d->length(0));
+    if (const auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_))
+      return per_token * static_cast<double>(t->num_tokens());
     if (const auto* t = std::get_if<inferkit::BlockTable<inferkit::QuantizedKv>>(&impl_))  // whole pages + the key tail
       return static_cast<double>(t->blocks().size() * opt_.quant_pool->block_bytes() + t->tail_bytes());
     if (const auto* w = std::get_if<inferkit::QuantizedSinkWindowCache>(&impl_)) return static_cast<double>(w->bytes());
@@ -483,9 +536,9 @@ class Cache {
       std::is_same_v<C, inferkit::BlockTable<float>> || std::is_same_v<C, inferkit::BlockTable<inferkit::QuantizedKv>>;
 
   std::variant<inferkit::DenseKvCache<float>, inferkit::QuantizedKvCache, inferkit::SinkWindowCache<float>,
-               inferkit::BlockTable<float>, inferkit::QuantizedSinkWindowCache, inferkit::BlockTable<inferkit::QuantizedKv>>
-      impl_{
-      std::in_place_index<0>, 1, 1, 2, 1};
+               inferkit::BlockTable<float>, inferkit::QuantizedSinkWindowCache,
+               inferkit::BlockTable<inferkit::QuantizedKv>>
+      impl_{std::in_place_index<0>, 1, 1, 2, 1};
 };
 
 // ---- forward ------------------------------------------------------------------------------

@@ -99,16 +99,17 @@ class Args {
       std::size_t used = 0;
       const T v = parse(flags_.at(f), &used);
       if (used == flags_.at(f).size()) return v;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     throw std::invalid_argument(f + " = '" + flags_.at(f) + "' is invalid: must be " + what);
   }
   std::string str(const std::string& f, const std::string& def = "") const { return has(f) ? flags_.at(f) : def; }
   long integer(const std::string& f, long def) const {
-    return parsed(f, def, [](const std::string& v, std::size_t* used) { return std::stol(v, used); }, "an integer");
+    return parsed(
+        f, def, [](const std::string& v, std::size_t* used) { return std::stol(v, used); }, "an integer");
   }
   float real(const std::string& f, float def) const {
-    return parsed(f, def, [](const std::string& v, std::size_t* used) { return std::stof(v, used); }, "a number");
+    return parsed(
+        f, def, [](const std::string& v, std::size_t* used) { return std::stof(v, used); }, "a number");
   }
 
  private:
@@ -159,15 +160,20 @@ std::optional<inferkit::KvQuantConfig> quant_config(const Args& a, Index head_di
 std::size_t apply_quant_flags(const Args& a, llama2c::Model& m) {
   if (m.config().moe()) {
     for (const char* f : {"--weights", "--act-int8", "--outlier-threshold", "--smooth", "--calib-ids"})
-      if (a.has(f)) throw std::invalid_argument(std::string(f) + " is not supported for MoE models (the experts stay float)");
+      if (a.has(f))
+        throw std::invalid_argument(std::string(f) + " is not supported for MoE models (the experts stay float)");
     return 0;
   }
   llama2c::QuantOptions q;
   const std::string w = a.str("--weights", "f32");
-  if (w == "f32") q.weights = llama2c::WeightFormat::kF32;
-  else if (w == "int8") q.weights = llama2c::WeightFormat::kInt8;
-  else if (w == "int4") q.weights = llama2c::WeightFormat::kInt4;
-  else throw std::invalid_argument("--weights = '" + w + "' is invalid: must be f32, int8 or int4");
+  if (w == "f32")
+    q.weights = llama2c::WeightFormat::kF32;
+  else if (w == "int8")
+    q.weights = llama2c::WeightFormat::kInt8;
+  else if (w == "int4")
+    q.weights = llama2c::WeightFormat::kInt4;
+  else
+    throw std::invalid_argument("--weights = '" + w + "' is invalid: must be f32, int8 or int4");
   q.act_int8 = a.has("--act-int8");
   if (a.has("--outlier-threshold")) q.outlier_threshold = a.real("--outlier-threshold", 6.0f);
   if (a.has("--smooth")) q.smooth_alpha = a.real("--smooth", 0.5f);
@@ -191,8 +197,10 @@ const std::vector<std::string> kMoeValueFlags = {"--router", "--capacity-factor"
 const std::vector<std::string> kMoeSwitches = {"--reroute"};
 void apply_moe_flags(const Args& a, const llama2c::Model& m) {
   if (!m.config().moe()) {
-    for (const auto& f : kMoeValueFlags) if (a.has(f)) throw std::invalid_argument(f + " needs an MoE model (make-random --experts)");
-    for (const auto& f : kMoeSwitches) if (a.has(f)) throw std::invalid_argument(f + " needs an MoE model (make-random --experts)");
+    for (const auto& f : kMoeValueFlags)
+      if (a.has(f)) throw std::invalid_argument(f + " needs an MoE model (make-random --experts)");
+    for (const auto& f : kMoeSwitches)
+      if (a.has(f)) throw std::invalid_argument(f + " needs an MoE model (make-random --experts)");
     return;
   }
   llama2c::MoeOptions& o = m.moe_ffn().options;
@@ -200,9 +208,12 @@ void apply_moe_flags(const Args& a, const llama2c::Model& m) {
   o.capacity_factor = a.real("--capacity-factor", 0.0f);
   if (!std::isfinite(o.capacity_factor)) throw std::invalid_argument("--capacity-factor must be finite");
   const std::string p = a.str("--overflow-policy", "arrival");
-  if (p == "arrival") o.policy = inferkit::OverflowPolicy::arrival_order;
-  else if (p == "priority") o.policy = inferkit::OverflowPolicy::priority;
-  else throw std::invalid_argument("--overflow-policy = '" + p + "' is invalid: must be arrival or priority");
+  if (p == "arrival")
+    o.policy = inferkit::OverflowPolicy::arrival_order;
+  else if (p == "priority")
+    o.policy = inferkit::OverflowPolicy::priority;
+  else
+    throw std::invalid_argument("--overflow-policy = '" + p + "' is invalid: must be arrival or priority");
   o.reroute = a.has("--reroute");
   o.threads = static_cast<int>(a.integer("--moe-threads", 0));
   if (o.threads < 0) throw std::invalid_argument("--moe-threads must be >= 0");
@@ -217,11 +228,14 @@ std::set<std::string> with(std::set<std::string> flags, const std::vector<std::s
 // The --steer-* flags (steering.hpp); nullopt when none is given.
 std::optional<llama2c::SteeringSpec> steering_spec(const Args& a, const llama2c::Tokenizer* tok) {
   if (!a.has("--steer-pos") && !a.has("--steer-neg")) {
-    for (const auto& f : llama2c::kSteeringValueFlags) if (a.has(f)) throw std::invalid_argument(f + " needs --steer-pos and --steer-neg");
-    for (const auto& f : llama2c::kSteeringSwitches) if (a.has(f)) throw std::invalid_argument(f + " needs --steer-pos and --steer-neg");
+    for (const auto& f : llama2c::kSteeringValueFlags)
+      if (a.has(f)) throw std::invalid_argument(f + " needs --steer-pos and --steer-neg");
+    for (const auto& f : llama2c::kSteeringSwitches)
+      if (a.has(f)) throw std::invalid_argument(f + " needs --steer-pos and --steer-neg");
     return std::nullopt;
   }
-  if (!a.has("--steer-pos") || !a.has("--steer-neg")) throw std::invalid_argument("--steer-pos and --steer-neg go together");
+  if (!a.has("--steer-pos") || !a.has("--steer-neg"))
+    throw std::invalid_argument("--steer-pos and --steer-neg go together");
   if (!a.has("--steer-layer")) throw std::invalid_argument("steering needs --steer-layer L");
   llama2c::SteeringSpec s;
   s.positive = llama2c::read_prompt_lines(a.str("--steer-pos"), tok, "--steer-pos");
@@ -232,9 +246,12 @@ std::optional<llama2c::SteeringSpec> steering_spec(const Args& a, const llama2c:
   s.unit = a.has("--steer-unit");
   s.preserve_norm = a.has("--steer-preserve-norm");
   const std::string reduce = a.str("--steer-reduce", "mean");
-  if (reduce == "mean") s.reduction = inferkit::TokenReduction::kMeanOverPositions;
-  else if (reduce == "last") s.reduction = inferkit::TokenReduction::kLastToken;
-  else throw std::invalid_argument("--steer-reduce = '" + reduce + "' is invalid: must be mean or last");
+  if (reduce == "mean")
+    s.reduction = inferkit::TokenReduction::kMeanOverPositions;
+  else if (reduce == "last")
+    s.reduction = inferkit::TokenReduction::kLastToken;
+  else
+    throw std::invalid_argument("--steer-reduce = '" + reduce + "' is invalid: must be mean or last");
   s.positions = llama2c::parse_positions(a.str("--steer-positions", "all"));
   return s;
 }
@@ -249,12 +266,40 @@ inferkit::AttentionArithmetic attn_arith(const Args& a) {
 
 int cmd_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               with(with(with(with({"--model", "--steps", "--seed", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
-                "--repeat-last-n", "--prompt-ids", "--beams", "--length-penalty", "--length-penalty-mode", "--contrastive",
-                "--alpha", "--draft", "--draft-layers", "--draft-k", "--prompts", "--page-size", "--prompt", "--tokenizer",
-                "--attn-arith", "--kv-quant", "--kv-quant-k", "--kv-quant-v", "--cp-shard-tokens"},
-               llama2c::kSteeringValueFlags), kQuantValueFlags), llama2c::kSamplingValueFlags), kMoeValueFlags),
-               with(with(with({"--print-ids", "--context-parallel", "--expert-parallel"}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
+               with(with(with(with({"--model",
+                                    "--steps",
+                                    "--seed",
+                                    "--temperature",
+                                    "--top-k",
+                                    "--top-p",
+                                    "--min-p",
+                                    "--repeat-penalty",
+                                    "--repeat-last-n",
+                                    "--prompt-ids",
+                                    "--beams",
+                                    "--length-penalty",
+                                    "--length-penalty-mode",
+                                    "--contrastive",
+                                    "--alpha",
+                                    "--draft",
+                                    "--draft-layers",
+                                    "--draft-k",
+                                    "--prompts",
+                                    "--page-size",
+                                    "--prompt",
+                                    "--tokenizer",
+                                    "--attn-arith",
+                                    "--kv-quant",
+                                    "--kv-quant-k",
+                                    "--kv-quant-v",
+                                    "--cp-shard-tokens"},
+                                   llama2c::kSteeringValueFlags),
+                              kQuantValueFlags),
+                         llama2c::kSamplingValueFlags),
+                    kMoeValueFlags),
+               with(with(with({"--print-ids", "--context-parallel", "--expert-parallel"}, llama2c::kSteeringSwitches),
+                         kQuantSwitches),
+                    kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("generate needs --model PATH");
   const auto arithmetic = attn_arith(a);  // checked before any work
   auto model = llama2c::Model::load_any(a.str("--model"));
@@ -273,28 +318,36 @@ int cmd_generate(int argc, char** argv) {
   s.arithmetic = arithmetic;
   if (s.arithmetic != inferkit::AttentionArithmetic::kExact)
     for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"})
-      if (a.has(f)) throw std::invalid_argument(std::string("--attn-arith fast works with plain sampling only, not with ") + f);
+      if (a.has(f))
+        throw std::invalid_argument(std::string("--attn-arith fast works with plain sampling only, not with ") + f);
   llama2c::apply_sampling_flags(a, s);
   llama2c::make_chain(s);  // validates the sampling parameters before any work
   std::optional<llama2c::Tokenizer> tok;
   if (a.has("--tokenizer")) tok = llama2c::Tokenizer::load(a.str("--tokenizer"), model.config().vocab_size);
   if (a.has("--prompt") && !tok) throw std::invalid_argument("--prompt needs --tokenizer (or give --prompt-ids)");
-  if (a.has("--prompt") && a.has("--prompt-ids")) throw std::invalid_argument("give --prompt or --prompt-ids, not both");
-  const auto prompt = a.has("--prompt") ? tok->encode(a.str("--prompt")) : parse_ids(a.str("--prompt-ids"), "--prompt-ids");
+  if (a.has("--prompt") && a.has("--prompt-ids"))
+    throw std::invalid_argument("give --prompt or --prompt-ids, not both");
+  const auto prompt =
+      a.has("--prompt") ? tok->encode(a.str("--prompt")) : parse_ids(a.str("--prompt-ids"), "--prompt-ids");
   llama2c::GenerateStats st;
   std::vector<TokenId> out;
   const auto steer = steering_spec(a, tok ? &*tok : nullptr);
   if (steer) {
-    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens", "--context-parallel", "--expert-parallel"})
+    for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--steer-tokens",
+                          "--context-parallel", "--expert-parallel"})
       if (a.has(f)) throw std::invalid_argument(std::string("steering works with plain sampling only, not with ") + f);
   }
   for (const char* f : {"--kv-quant", "--kv-quant-k", "--kv-quant-v"})
-    if (a.has(f) && !a.has("--prompts")) throw std::invalid_argument(std::string("generate reads ") + f + " only with --prompts (the paged cache)");
+    if (a.has(f) && !a.has("--prompts"))
+      throw std::invalid_argument(std::string("generate reads ") + f + " only with --prompts (the paged cache)");
   if (a.has("--context-parallel") || a.has("--expert-parallel")) {
     for (const char* f : {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"})
-      if (a.has(f)) throw std::invalid_argument(std::string("--context-parallel / --expert-parallel work with plain sampling only, not with ") + f);
+      if (a.has(f))
+        throw std::invalid_argument(
+            std::string("--context-parallel / --expert-parallel work with plain sampling only, not with ") + f);
   }
-  if (a.has("--cp-shard-tokens") && !a.has("--context-parallel")) throw std::invalid_argument("--cp-shard-tokens needs --context-parallel");
+  if (a.has("--cp-shard-tokens") && !a.has("--context-parallel"))
+    throw std::invalid_argument("--cp-shard-tokens needs --context-parallel");
   if (a.has("--prompts")) {  // prefix reuse over a file of prompts, one per line
     std::ifstream f(a.str("--prompts"));
     if (!f) throw std::invalid_argument("cannot open --prompts file '" + a.str("--prompts") + "'");
@@ -313,10 +366,11 @@ int cmd_generate(int argc, char** argv) {
       if (a.has("--print-ids")) print_ids(o);
       out.insert(out.end(), o.begin(), o.end());
     }
-    std::fprintf(stderr, "prefix reuse: prefill tokens computed %ld, saved %ld (%.1f%%)\n", static_cast<long>(ps.prefill_computed),
-                 static_cast<long>(ps.prefill_saved),
+    std::fprintf(stderr, "prefix reuse: prefill tokens computed %ld, saved %ld (%.1f%%)\n",
+                 static_cast<long>(ps.prefill_computed), static_cast<long>(ps.prefill_saved),
                  100.0 * double(ps.prefill_saved) / double(std::max<Index>(1, ps.prefill_computed + ps.prefill_saved)));
-    std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds, double(out.size()) / st.seconds);
+    std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds,
+                 double(out.size()) / st.seconds);
     return 0;
   }
   if (steer) {  // plain sampling with a residual hook
@@ -351,20 +405,23 @@ int cmd_generate(int argc, char** argv) {
     std::optional<llama2c::ContextParallelShard> shard;
     if (a.has("--context-parallel")) {
       const Index per = a.integer("--cp-shard-tokens", (model.config().seq_len + ranks - 1) / ranks);
-      if (per < 1 || per > std::numeric_limits<std::int32_t>::max()) throw std::invalid_argument("--cp-shard-tokens must be >= 1");
+      if (per < 1 || per > std::numeric_limits<std::int32_t>::max())
+        throw std::invalid_argument("--cp-shard-tokens must be >= 1");
       shard.emplace(MPI_COMM_WORLD, static_cast<std::int32_t>(per));
       copt.shard = &*shard;
     }
     std::optional<llama2c::ExpertParallelMoe> experts;
     if (a.has("--expert-parallel")) {
-      if (!model.config().moe()) throw std::invalid_argument("--expert-parallel needs an MoE model (make-random --experts)");
+      if (!model.config().moe())
+        throw std::invalid_argument("--expert-parallel needs an MoE model (make-random --experts)");
       experts.emplace(MPI_COMM_WORLD, model.config().n_experts);
       model.moe_ffn().parallel = &*experts;
     }
     out = llama2c::generate(model, prompt, steps, s, &st, nullptr, copt);
     if (model.config().moe()) model.moe_ffn().parallel = nullptr;
 #else
-    throw std::invalid_argument("--context-parallel / --expert-parallel need inferkit-llama2c built with MPI (INFERKIT_WITH_MPI)");
+    throw std::invalid_argument(
+        "--context-parallel / --expert-parallel need inferkit-llama2c built with MPI (INFERKIT_WITH_MPI)");
 #endif
   } else {
     out = llama2c::generate(model, prompt, steps, s, &st);
@@ -378,15 +435,19 @@ int cmd_generate(int argc, char** argv) {
     std::printf("%s\n", text.c_str());
   }
   if (model.config().moe()) std::fprintf(stderr, "%s\n", model.moe_ffn().totals.describe().c_str());
-  std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds, double(out.size()) / st.seconds);
+  std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds,
+               double(out.size()) / st.seconds);
   return 0;
 }
 
 int cmd_eval(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               with(with(with({"--model", "--eval-ids", "--eval-range", "--eval-chunk", "--cache", "--window", "--sinks", "--positions", "--kv-quant",
-                     "--kv-quant-k", "--kv-quant-v", "--tokenizer", "--attn-arith", "--page-size"},
-                    llama2c::kSteeringValueFlags), kQuantValueFlags), kMoeValueFlags),
+               with(with(with({"--model", "--eval-ids", "--eval-range", "--eval-chunk", "--cache", "--window",
+                               "--sinks", "--positions", "--kv-quant", "--kv-quant-k", "--kv-quant-v", "--tokenizer",
+                               "--attn-arith", "--page-size"},
+                              llama2c::kSteeringValueFlags),
+                         kQuantValueFlags),
+                    kMoeValueFlags),
                with(with(with({"--batch-invariant"}, llama2c::kSteeringSwitches), kQuantSwitches), kMoeSwitches));
   if (!a.has("--model")) throw std::invalid_argument("eval needs --model PATH");
   if (!a.has("--eval-ids")) throw std::invalid_argument("eval needs --eval-ids FILE");
@@ -414,18 +475,26 @@ int cmd_eval(int argc, char** argv) {
   }
   llama2c::CacheOptions c;
   const std::string kind = a.str("--cache", "dense");
-  if (kind == "dense") c.kind = llama2c::CacheKind::kDense;
-  else if (kind == "window") c.kind = llama2c::CacheKind::kWindow;
-  else if (kind == "sink-window") c.kind = llama2c::CacheKind::kSinkWindow;
-  else if (kind == "paged") c.kind = llama2c::CacheKind::kPaged;
-  else throw std::invalid_argument("--cache = '" + kind + "' is invalid: must be dense, window, sink-window or paged");
+  if (kind == "dense")
+    c.kind = llama2c::CacheKind::kDense;
+  else if (kind == "window")
+    c.kind = llama2c::CacheKind::kWindow;
+  else if (kind == "sink-window")
+    c.kind = llama2c::CacheKind::kSinkWindow;
+  else if (kind == "paged")
+    c.kind = llama2c::CacheKind::kPaged;
+  else
+    throw std::invalid_argument("--cache = '" + kind + "' is invalid: must be dense, window, sink-window or paged");
   if (a.has("--page-size") && kind != "paged") throw std::invalid_argument("--page-size goes with --cache paged");
   c.window = a.integer("--window", 64);
   c.sinks = a.integer("--sinks", 4);
   const std::string pos = a.str("--positions", "original");
-  if (pos == "original") c.positions = inferkit::PositionPolicy::kOriginal;
-  else if (pos == "cache") c.positions = inferkit::PositionPolicy::kCache;
-  else throw std::invalid_argument("--positions = '" + pos + "' is invalid: must be original or cache");
+  if (pos == "original")
+    c.positions = inferkit::PositionPolicy::kOriginal;
+  else if (pos == "cache")
+    c.positions = inferkit::PositionPolicy::kCache;
+  else
+    throw std::invalid_argument("--positions = '" + pos + "' is invalid: must be original or cache");
   c.quant = quant_config(a, model.config().head_size());
   c.arithmetic = arithmetic;
   c.batch_invariant = a.has("--batch-invariant");
@@ -453,17 +522,19 @@ int cmd_eval(int argc, char** argv) {
     const auto plan = llama2c::make_plan(model, *steer, sv.v);
     const auto set = parse_ids(a.str("--steer-tokens"), "--steer-tokens");
     const auto e = llama2c::evaluate_steering(model, ids, plan, set, c, first, last);
-    std::printf("steering predicted %ld layer %d scale %g ablate %d v_norm %.6g state_norm %.6g nll_base %.6f nll_steered %.6f "
-                "nll_shift %.6f p_set_base %.6f p_set_steered %.6f p_set_shift %.6f\n",
-                static_cast<long>(e.count), steer->layer, double(steer->scale), steer->ablate ? 1 : 0, sv.v_norm,
-                sv.mean_state_norm, e.nll_base, e.nll_steered, e.nll_steered - e.nll_base, e.set_prob_base,
-                e.set_prob_steered, e.set_prob_steered - e.set_prob_base);
+    std::printf(
+        "steering predicted %ld layer %d scale %g ablate %d v_norm %.6g state_norm %.6g nll_base %.6f nll_steered %.6f "
+        "nll_shift %.6f p_set_base %.6f p_set_steered %.6f p_set_shift %.6f\n",
+        static_cast<long>(e.count), steer->layer, double(steer->scale), steer->ablate ? 1 : 0, sv.v_norm,
+        sv.mean_state_norm, e.nll_base, e.nll_steered, e.nll_steered - e.nll_base, e.set_prob_base, e.set_prob_steered,
+        e.set_prob_steered - e.set_prob_base);
     return 0;
   }
   if (a.has("--tokenizer")) throw std::invalid_argument("eval reads --tokenizer only for text steering prompts");
   const auto r = llama2c::evaluate(model, ids, c, first, last, a.integer("--eval-chunk", 1));
-  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f weight_bytes %zu attn_arith %s\n", ids.size(),
-              static_cast<long>(r.count), r.mean_nll, r.ppl(), r.kv_bytes, weight_bytes, inferkit::arithmetic_name(c.arithmetic));
+  std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f weight_bytes %zu attn_arith %s\n",
+              ids.size(), static_cast<long>(r.count), r.mean_nll, r.ppl(), r.kv_bytes, weight_bytes,
+              inferkit::arithmetic_name(c.arithmetic));
   if (model.config().moe()) std::printf("%s\n", model.moe_ffn().totals.describe().c_str());
   return 0;
 }
@@ -480,27 +551,52 @@ std::pair<Index, Index> int_range(const Args& a, const std::string& flag, std::p
       const long x = std::stol(lo, &u1), y = std::stol(hi, &u2);
       if (u1 == lo.size() && u2 == hi.size() && x >= 1 && x <= y) return {x, y};
     }
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw std::invalid_argument(flag + " = '" + r + "' is invalid: must be A:B with integers 1 <= A <= B");
 }
 
 int cmd_serve(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {"--model", "--trace", "--tokenizer", "--synthetic", "--rate", "--shared-prefixes", "--prefix-len",
-                "--prompt-len", "--output-len", "--workload-seed", "--temperature", "--top-k", "--top-p",
-                "--max-batched-tokens", "--max-seqs", "--chunk", "--max-prefill-tokens", "--page-size", "--kv-blocks", "--policy",
-                "--static-batch", "--threads", "--virtual-time", "--out", "--kv-quant", "--kv-quant-k", "--kv-quant-v"},
+               {"--model",
+                "--trace",
+                "--tokenizer",
+                "--synthetic",
+                "--rate",
+                "--shared-prefixes",
+                "--prefix-len",
+                "--prompt-len",
+                "--output-len",
+                "--workload-seed",
+                "--temperature",
+                "--top-k",
+                "--top-p",
+                "--max-batched-tokens",
+                "--max-seqs",
+                "--chunk",
+                "--max-prefill-tokens",
+                "--page-size",
+                "--kv-blocks",
+                "--policy",
+                "--static-batch",
+                "--threads",
+                "--virtual-time",
+                "--out",
+                "--kv-quant",
+                "--kv-quant-k",
+                "--kv-quant-v"},
                {"--deterministic", "--no-prefix-cache"});
   if (!a.has("--model")) throw std::invalid_argument("serve needs --model PATH");
-  if (a.has("--trace") == a.has("--synthetic")) throw std::invalid_argument("serve needs one of --trace FILE or --synthetic N");
+  if (a.has("--trace") == a.has("--synthetic"))
+    throw std::invalid_argument("serve needs one of --trace FILE or --synthetic N");
   const auto model = llama2c::Model::load(a.str("--model"));
   const int vocab = model.config().vocab_size;
   std::vector<llama2c::TraceRequest> trace;
   if (a.has("--trace")) {
-    for (const char* f : {"--rate", "--shared-prefixes", "--prefix-len", "--prompt-len", "--output-len", "--workload-seed",
-                          "--temperature", "--top-k", "--top-p"})
-      if (a.has(f)) throw std::invalid_argument(std::string(f) + " applies to --synthetic only (a trace gives each request's values)");
+    for (const char* f : {"--rate", "--shared-prefixes", "--prefix-len", "--prompt-len", "--output-len",
+                          "--workload-seed", "--temperature", "--top-k", "--top-p"})
+      if (a.has(f))
+        throw std::invalid_argument(std::string(f) +
+                                    " applies to --synthetic only (a trace gives each request's values)");
     std::optional<llama2c::Tokenizer> tok;
     if (a.has("--tokenizer")) tok = llama2c::Tokenizer::load(a.str("--tokenizer"), vocab);
     std::ifstream f(a.str("--trace"));
@@ -528,13 +624,18 @@ int cmd_serve(int argc, char** argv) {
   o.scheduler.max_batched_tokens = a.integer("--max-batched-tokens", 512);
   o.scheduler.max_sequences = a.integer("--max-seqs", 64);
   const std::string chunk = a.str("--chunk", "0");
-  if (chunk == "none") o.scheduler.chunked_prefill = false;
-  else o.scheduler.max_prefill_chunk = a.integer("--chunk", 0);
+  if (chunk == "none")
+    o.scheduler.chunked_prefill = false;
+  else
+    o.scheduler.max_prefill_chunk = a.integer("--chunk", 0);
   o.scheduler.max_prefill_tokens = a.integer("--max-prefill-tokens", 0);
   const std::string policy = a.str("--policy", "fcfs");
-  if (policy == "fcfs") o.scheduler.policy = inferkit::SchedulingPolicy::kFcfs;
-  else if (policy == "lpm") o.scheduler.policy = inferkit::SchedulingPolicy::kLongestPrefixMatch;
-  else throw std::invalid_argument("--policy = '" + policy + "' is invalid: must be fcfs or lpm");
+  if (policy == "fcfs")
+    o.scheduler.policy = inferkit::SchedulingPolicy::kFcfs;
+  else if (policy == "lpm")
+    o.scheduler.policy = inferkit::SchedulingPolicy::kLongestPrefixMatch;
+  else
+    throw std::invalid_argument("--policy = '" + policy + "' is invalid: must be fcfs or lpm");
   o.page_size = a.integer("--page-size", 16);
   o.kv_blocks = a.integer("--kv-blocks", 0);
   o.kv_quant = quant_config(a, model.config().head_size());
@@ -564,8 +665,10 @@ int cmd_serve(int argc, char** argv) {
 }
 
 int cmd_make_random(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"--out", "--dim", "--hidden", "--layers", "--heads", "--kv-heads", "--vocab", "--seq-len", "--seed",
-                               "--experts", "--experts-per-token", "--router"}, {});
+  const Args a(argc, argv, 2,
+               {"--out", "--dim", "--hidden", "--layers", "--heads", "--kv-heads", "--vocab", "--seq-len", "--seed",
+                "--experts", "--experts-per-token", "--router"},
+               {});
   if (!a.has("--out")) throw std::invalid_argument("make-random needs --out PATH");
   llama2c::Config c;
   c.dim = static_cast<int>(a.integer("--dim", 288));
@@ -585,7 +688,9 @@ int cmd_make_random(int argc, char** argv) {
   llama2c::Model::random(c, static_cast<std::uint64_t>(a.integer("--seed", 1))).save(a.str("--out"));
   std::printf("wrote %s: dim %d hidden %d layers %d heads %d kv_heads %d vocab %d seq_len %d", a.str("--out").c_str(),
               c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
-  if (c.moe()) std::printf(" experts %d experts_per_token %d router %s", c.n_experts, c.experts_per_token, llama2c::router_mode_name(c.router));
+  if (c.moe())
+    std::printf(" experts %d experts_per_token %d router %s", c.n_experts, c.experts_per_token,
+                llama2c::router_mode_name(c.router));
   std::printf("\n");
   return 0;
 }
@@ -626,7 +731,8 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return cmd_eval(argc, argv);
     if (cmd == "make-random") return cmd_make_random(argc, argv);
     if (cmd == "serve") return cmd_serve(argc, argv);
-    std::fprintf(stderr, "usage: inferkit-llama2c generate|eval|serve|make-random [flags] (see the comment atop main.cpp)\n");
+    std::fprintf(stderr,
+                 "usage: inferkit-llama2c generate|eval|serve|make-random [flags] (see the comment atop main.cpp)\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "inferkit-llama2c: %s\n", e.what());

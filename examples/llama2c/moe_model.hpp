@@ -41,9 +41,12 @@ inline constexpr std::int32_t kMoeVersion = 1;
 /// Router mode names (the checkpoint stores the index).
 inline const char* router_mode_name(inferkit::RouterScoring s) {
   switch (s) {
-    case inferkit::RouterScoring::softmax_topk: return "softmax-topk";
-    case inferkit::RouterScoring::topk_softmax: return "topk-softmax";
-    case inferkit::RouterScoring::sigmoid: break;
+    case inferkit::RouterScoring::softmax_topk:
+      return "softmax-topk";
+    case inferkit::RouterScoring::topk_softmax:
+      return "topk-softmax";
+    case inferkit::RouterScoring::sigmoid:
+      break;
   }
   return "sigmoid";
 }
@@ -133,7 +136,7 @@ class MoeFfn {
 
   MoeOptions options;
   MoeTotals totals;
-  inferkit::MoeStats last;  ///< statistics of the latest call
+  inferkit::MoeStats last;                       ///< statistics of the latest call
   const ExpertParallelHook* parallel = nullptr;  ///< experts on other ranks (MPI builds); null = here
 
   /// x[t] += MoE(xb[t]) for n tokens (rows of dim floats, contiguous), k experts per token.
@@ -141,13 +144,15 @@ class MoeFfn {
     const Index E = w.experts, D = w.dim;
     logits_.resize(n, E);
     logits_.noalias() = ConstMap(xb, n, D) * ConstMap(w.router, E, D).transpose();
-    const inferkit::RouterOptions ro{.top_k = k, .scoring = options.scoring,
+    const inferkit::RouterOptions ro{.top_k = k,
+                                     .scoring = options.scoring,
                                      .renormalize = options.scoring == inferkit::RouterScoring::sigmoid,
                                      .threads = options.threads};
     const inferkit::MatrixView<const float> lv(logits_.data(), n, E);
     inferkit::route(lv, ro, routing_);
-    inferkit::apply_capacity(routing_, {.capacity_factor = options.capacity_factor, .policy = options.policy,
-                                        .reroute = options.reroute}, lv, ro, &last);
+    inferkit::apply_capacity(
+        routing_, {.capacity_factor = options.capacity_factor, .policy = options.policy, .reroute = options.reroute},
+        lv, ro, &last);
     totals.add(last, n);
     if (parallel)  // routed (and capacity applied) over the whole chunk, as in one process
       return parallel->run(routing_, xb, x, n, D, options.threads,
@@ -158,8 +163,8 @@ class MoeFfn {
     const Index N = plan_.num_rows();
     rows_.resize(N, D);
     out_.resize(N, D);
-    inferkit::dispatch(plan_, inferkit::MatrixView<const float>(xb, n, D), inferkit::MatrixView<float>(rows_.data(), N, D),
-                       options.threads);
+    inferkit::dispatch(plan_, inferkit::MatrixView<const float>(xb, n, D),
+                       inferkit::MatrixView<float>(rows_.data(), N, D), options.threads);
     for (Index e = 0; e < E; ++e) {  // one matrix-matrix product per expert and projection
       const Index r0 = plan_.expert_begin(e), ne = plan_.expert_rows(e);
       if (ne == 0) continue;
@@ -172,7 +177,8 @@ class MoeFfn {
 
   /// out = expert e's SwiGLU FFN of the rows in (contiguous [rows, dim] views): one matrix-matrix
   /// product per projection.
-  void expert_ffn(const MoeLayerView& w, Index e, inferkit::MatrixView<const float> in, inferkit::MatrixView<float> out) {
+  void expert_ffn(const MoeLayerView& w, Index e, inferkit::MatrixView<const float> in,
+                  inferkit::MatrixView<float> out) {
     const Index D = w.dim, H = w.hidden, ne = in.rows();
     const ConstMap w1(w.w1 + e * H * D, H, D), w3(w.w3 + e * H * D, H, D), w2(w.w2 + e * D * H, D, H);
     const ConstMap rows(in.data(), ne, D);

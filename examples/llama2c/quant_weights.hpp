@@ -35,10 +35,10 @@ enum class WeightFormat { kF32, kInt8, kInt4 };
 
 struct QuantOptions {
   WeightFormat weights = WeightFormat::kF32;
-  bool act_int8 = false;                   // int8 activations (needs int8 or int4 weights)
-  std::optional<float> outlier_threshold{};// LLM.int8() (needs int8 weights and act_int8)
-  std::optional<float> smooth_alpha{};     // SmoothQuant migration strength (needs calib_ids)
-  std::vector<TokenId> calib_ids{};        // calibration tokens for SmoothQuant
+  bool act_int8 = false;                     // int8 activations (needs int8 or int4 weights)
+  std::optional<float> outlier_threshold{};  // LLM.int8() (needs int8 weights and act_int8)
+  std::optional<float> smooth_alpha{};       // SmoothQuant migration strength (needs calib_ids)
+  std::vector<TokenId> calib_ids{};          // calibration tokens for SmoothQuant
   inferkit::Int4Spec int4{32, true};
   int threads = 0;  // threads of each product (0 = OpenMP's default)
 };
@@ -47,7 +47,7 @@ inline const char* format_name(WeightFormat f) {
   return f == WeightFormat::kF32 ? "f32" : f == WeightFormat::kInt8 ? "int8" : "int4";
 }
 
-inline constexpr std::array<Proj, 7> kLayerProjections = {Proj::kQ, Proj::kK, Proj::kV, Proj::kO,
+inline constexpr std::array<Proj, 7> kLayerProjections = {Proj::kQ,  Proj::kK,  Proj::kV, Proj::kO,
                                                           Proj::kW1, Proj::kW2, Proj::kW3};
 
 /// The model's projections and classifier, packed once in one format.
@@ -59,8 +59,10 @@ class QuantizedProjections final : public ProjectionHook {
       const MatrixMap w = m.matrix(p, l);
       const inferkit::MatrixView<const float> v(w.data(), w.rows(), w.cols());
       q.float_weights = v;
-      if (o.weights == WeightFormat::kInt8) q.int8.emplace(v);
-      else q.int4.emplace(v, o.int4);
+      if (o.weights == WeightFormat::kInt8)
+        q.int8.emplace(v);
+      else
+        q.int4.emplace(v, o.int4);
       return q;
     };
     for (int l = 0; l < layers_; ++l)
@@ -69,13 +71,15 @@ class QuantizedProjections final : public ProjectionHook {
   }
 
   void project(Proj p, int layer, const float* x, float* y) const override {
-    const Packed& q = p == Proj::kClassifier ? classifier_ : packed_[static_cast<std::size_t>(layer * 7 + static_cast<int>(p))];
+    const Packed& q =
+        p == Proj::kClassifier ? classifier_ : packed_[static_cast<std::size_t>(layer * 7 + static_cast<int>(p))];
     const std::span<const float> xs(x, static_cast<std::size_t>(q.float_weights.cols()));
     const std::span<float> ys(y, static_cast<std::size_t>(q.float_weights.rows()));
     if (q.int4) {
-      inferkit::matvec(*q.int4, xs, ys,
-                       {.activations = o_.act_int8 ? inferkit::ActivationFormat::kInt8 : inferkit::ActivationFormat::kFloat,
-                        .threads = o_.threads});
+      inferkit::matvec(
+          *q.int4, xs, ys,
+          {.activations = o_.act_int8 ? inferkit::ActivationFormat::kInt8 : inferkit::ActivationFormat::kFloat,
+           .threads = o_.threads});
     } else if (o_.act_int8) {
       inferkit::MatmulOptions mo{.threads = o_.threads};
       if (o_.outlier_threshold) mo.outliers = inferkit::OutlierOptions{*o_.outlier_threshold, q.float_weights};
@@ -118,8 +122,10 @@ class CalibrationHook final : public ProjectionHook {
   }
   void project(Proj p, int layer, const float* x, float* y) const override {
     const Index d = m_.config().dim;
-    if (p == Proj::kQ) attn_[static_cast<std::size_t>(layer)].observe(std::span<const float>(x, static_cast<std::size_t>(d)));
-    if (p == Proj::kW1) ffn_[static_cast<std::size_t>(layer)].observe(std::span<const float>(x, static_cast<std::size_t>(d)));
+    if (p == Proj::kQ)
+      attn_[static_cast<std::size_t>(layer)].observe(std::span<const float>(x, static_cast<std::size_t>(d)));
+    if (p == Proj::kW1)
+      ffn_[static_cast<std::size_t>(layer)].observe(std::span<const float>(x, static_cast<std::size_t>(d)));
     const MatrixMap w = m_.matrix(p, layer);
     Eigen::Map<Eigen::VectorXf>(y, w.rows()).noalias() = w * VectorMap(x, w.cols());
   }
@@ -135,7 +141,8 @@ class CalibrationHook final : public ProjectionHook {
 /// recorded statistics.
 inline std::shared_ptr<const CalibrationHook> calibrate(Model& m, const std::vector<TokenId>& ids) {
   if (ids.empty()) throw std::invalid_argument("llama2c: calibration needs at least one token id");
-  if (m.projections()) throw std::invalid_argument("llama2c: calibrate a model without projection hook (smooth before quantizing)");
+  if (m.projections())
+    throw std::invalid_argument("llama2c: calibrate a model without projection hook (smooth before quantizing)");
   auto hook = std::make_shared<const CalibrationHook>(m);
   m.set_projections(hook);
   Cache cache(m.config(), {});
@@ -175,10 +182,12 @@ inline void validate(const QuantOptions& o) {
   if (o.outlier_threshold && !(o.weights == WeightFormat::kInt8 && o.act_int8))
     throw std::invalid_argument("--outlier-threshold needs --weights int8 --act-int8 (it splits the W8A8 products)");
   if (o.outlier_threshold && !(*o.outlier_threshold > 0.0f && std::isfinite(*o.outlier_threshold)))
-    throw std::invalid_argument("--outlier-threshold = " + std::to_string(*o.outlier_threshold) + " is invalid: must be > 0");
+    throw std::invalid_argument("--outlier-threshold = " + std::to_string(*o.outlier_threshold) +
+                                " is invalid: must be > 0");
   if (o.smooth_alpha && !(*o.smooth_alpha >= 0.0f && *o.smooth_alpha <= 1.0f))
     throw std::invalid_argument("--smooth = " + std::to_string(*o.smooth_alpha) + " is invalid: must be in [0, 1]");
-  if (o.smooth_alpha && o.calib_ids.empty()) throw std::invalid_argument("--smooth needs --calib-ids FILE (calibration tokens)");
+  if (o.smooth_alpha && o.calib_ids.empty())
+    throw std::invalid_argument("--smooth needs --calib-ids FILE (calibration tokens)");
 }
 
 /// Applies the options to a model: SmoothQuant folding first (float weights), then the

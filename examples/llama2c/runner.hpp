@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "llama2c.hpp"
 #include "inferkit/sampling/reference.hpp"
+#include "llama2c.hpp"
 
 namespace llama2c {
 
@@ -75,7 +75,8 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
   auto state = chain.make_state();  // Mirostat's mu, the generated-token count
   const inferkit::CounterRng rng(s.seed);
   std::vector<TokenId> out;
-  std::span<float> last(logits.data() + (seq.size() - 1) * m.config().vocab_size, static_cast<std::size_t>(m.config().vocab_size));
+  std::span<float> last(logits.data() + (seq.size() - 1) * m.config().vocab_size,
+                        static_cast<std::size_t>(m.config().vocab_size));
   for (Index i = 0; i < steps; ++i) {
     const TokenId next = s.naive ? naive_sample(last, last_n(seq, s.repeat_last_n), s, rng, seq.size())
                                  : chain.sample(last, seq, state, rng, seq.size());
@@ -114,12 +115,14 @@ inline std::vector<TokenId> generate_speculative(const Model& target, const Mode
   }
   const auto chain = make_chain(s);
   if (chain.stateful())  // the draft and target distributions would need per-branch states
-    throw std::invalid_argument("llama2c: speculative decoding takes stateless sampling rules only (no --mirostat, "
-                                "--min-new-tokens, --exp-decay or --begin-suppress)");
+    throw std::invalid_argument(
+        "llama2c: speculative decoding takes stateless sampling rules only (no --mirostat, "
+        "--min-new-tokens, --exp-decay or --begin-suppress)");
   const inferkit::CounterRng draft_rng(s.seed, 1), verify_rng(s.seed, 2);
   std::vector<TokenId> out;
   GenerateStats st;
-  std::vector<float> q(static_cast<std::size_t>(k * V)), p(static_cast<std::size_t>((k + 1) * V)), row(static_cast<std::size_t>(V));
+  std::vector<float> q(static_cast<std::size_t>(k * V)), p(static_cast<std::size_t>((k + 1) * V)),
+      row(static_cast<std::size_t>(V));
   while (static_cast<Index>(out.size()) < steps) {
     const auto pos = static_cast<std::int32_t>(seq.size() - 1);  // position of the last, unfed token
     // Draft k tokens, keeping each draft distribution q_i.
@@ -181,17 +184,22 @@ inline void log_softmax(std::span<float> x) {
 
 /// Beam search (EOS = 2): one cache per live beam, forked from its parent at every step.
 inline std::vector<TokenId> generate_beam(const Model& m, const std::vector<TokenId>& prompt, Index steps, Index beams,
-                                          float length_penalty, const std::string& mode, GenerateStats* stats = nullptr) {
+                                          float length_penalty, const std::string& mode,
+                                          GenerateStats* stats = nullptr) {
   const auto t0 = std::chrono::steady_clock::now();
   inferkit::BeamSearchOptions opt;
   opt.num_beams = beams;
   opt.max_new_tokens = steps;
   opt.eos_tokens = {kEos};
   opt.length_penalty = length_penalty;
-  if (mode == "hf") opt.length_penalty_mode = inferkit::LengthPenalty::kHuggingFace;
-  else if (mode == "gnmt") opt.length_penalty_mode = inferkit::LengthPenalty::kGnmt;
-  else if (mode == "none") opt.length_penalty_mode = inferkit::LengthPenalty::kNone;
-  else throw std::invalid_argument("--length-penalty-mode = '" + mode + "' is invalid: must be hf, gnmt or none");
+  if (mode == "hf")
+    opt.length_penalty_mode = inferkit::LengthPenalty::kHuggingFace;
+  else if (mode == "gnmt")
+    opt.length_penalty_mode = inferkit::LengthPenalty::kGnmt;
+  else if (mode == "none")
+    opt.length_penalty_mode = inferkit::LengthPenalty::kNone;
+  else
+    throw std::invalid_argument("--length-penalty-mode = '" + mode + "' is invalid: must be hf, gnmt or none");
   inferkit::BeamSearch search(opt);
   const Index V = m.config().vocab_size;
   std::vector<Cache> caches{Cache(m.config(), {})};
@@ -209,7 +217,8 @@ inline std::vector<TokenId> generate_beam(const Model& m, const std::vector<Toke
     rows.assign(st.token.size() * static_cast<std::size_t>(V), 0.0f);
     for (std::size_t j = 0; j < st.token.size(); ++j) {
       next.push_back(caches[static_cast<std::size_t>(st.parent[j])]);  // fork the parent's cache
-      forward(m, next.back(), &st.token[j], 1, pos0 + static_cast<std::int32_t>(search.steps() - 1), rows.data() + j * V);
+      forward(m, next.back(), &st.token[j], 1, pos0 + static_cast<std::int32_t>(search.steps() - 1),
+              rows.data() + j * V);
     }
     caches = std::move(next);
   }
@@ -220,8 +229,8 @@ inline std::vector<TokenId> generate_beam(const Model& m, const std::vector<Toke
 
 /// Contrastive search: each step runs the model on every top-k candidate to get its hidden
 /// state, then keeps the candidate inferkit scores best.
-inline std::vector<TokenId> generate_contrastive(const Model& m, const std::vector<TokenId>& prompt, Index steps, Index k,
-                                                 float alpha, GenerateStats* stats = nullptr) {
+inline std::vector<TokenId> generate_contrastive(const Model& m, const std::vector<TokenId>& prompt, Index steps,
+                                                 Index k, float alpha, GenerateStats* stats = nullptr) {
   const auto t0 = std::chrono::steady_clock::now();
   const Index V = m.config().vocab_size, D = m.config().dim;
   Cache cache(m.config(), {});
@@ -239,7 +248,8 @@ inline std::vector<TokenId> generate_contrastive(const Model& m, const std::vect
     std::vector<float> cand_hidden(static_cast<std::size_t>(n * D)), cand_logits(static_cast<std::size_t>(n * V));
     const auto pos = static_cast<std::int32_t>(seq.size());
     for (Index c = 0; c < n; ++c) {  // look one token ahead along each candidate, then rewind
-      forward(m, cache, &cands.tokens[static_cast<std::size_t>(c)], 1, pos, cand_logits.data() + c * V, -1, cand_hidden.data() + c * D);
+      forward(m, cache, &cands.tokens[static_cast<std::size_t>(c)], 1, pos, cand_logits.data() + c * V, -1,
+              cand_hidden.data() + c * D);
       cache.truncate(pos);
     }
     const Index pick = inferkit::contrastive_select(cands, {cand_hidden.data(), n, D}, context, alpha);
@@ -275,8 +285,10 @@ std::vector<std::vector<TokenId>> serve_prompts_on(const Model& m, inferkit::Blo
   PrefixReuseStats st;
   CacheOptions paged;
   paged.kind = CacheKind::kPaged;
-  if constexpr (inferkit::kQuantizedPool<T>) paged.quant_pool = &pool;
-  else paged.pool = &pool;
+  if constexpr (inferkit::kQuantizedPool<T>)
+    paged.quant_pool = &pool;
+  else
+    paged.pool = &pool;
   for (const auto& prompt : prompts) {
     std::vector<TokenId> seq{kBos};
     seq.insert(seq.end(), prompt.begin(), prompt.end());
@@ -284,7 +296,8 @@ std::vector<std::vector<TokenId>> serve_prompts_on(const Model& m, inferkit::Blo
     // The last prompt token is always computed: its logits start the generation.
     Index reused = std::min<Index>(match.tokens, (static_cast<Index>(seq.size()) - 1) / page_size * page_size);
     Cache cache(c, paged);
-    cache.table<T>().assign_prefix(std::span<const inferkit::BlockId>(match.blocks.data(), static_cast<std::size_t>(reused / page_size)), reused);
+    cache.table<T>().assign_prefix(
+        std::span<const inferkit::BlockId>(match.blocks.data(), static_cast<std::size_t>(reused / page_size)), reused);
     std::vector<float> logits(static_cast<std::size_t>(V));
     for (Index t = reused; t < static_cast<Index>(seq.size()); ++t)
       forward(m, cache, &seq[static_cast<std::size_t>(t)], 1, static_cast<std::int32_t>(t), logits.data());
@@ -314,15 +327,15 @@ std::vector<std::vector<TokenId>> serve_prompts_on(const Model& m, inferkit::Blo
 /// for the next prompts. Prompts are prefilled one token at a time, so the output of a prompt
 /// does not depend on how much of it was reused. With `quant`, the pool holds quantized pages
 /// (paged_quant(*quant, page_size)); the trie then caches them as they are.
-inline std::vector<std::vector<TokenId>> serve_prompts(const Model& m, const std::vector<std::vector<TokenId>>& prompts,
-                                                       Index steps, const SamplingConfig& s, Index page_size,
-                                                       const std::string& fingerprint, bool reuse,
-                                                       PrefixReuseStats* stats = nullptr,
-                                                       const std::optional<inferkit::KvQuantConfig>& quant = std::nullopt) {
+inline std::vector<std::vector<TokenId>> serve_prompts(
+    const Model& m, const std::vector<std::vector<TokenId>>& prompts, Index steps, const SamplingConfig& s,
+    Index page_size, const std::string& fingerprint, bool reuse, PrefixReuseStats* stats = nullptr,
+    const std::optional<inferkit::KvQuantConfig>& quant = std::nullopt) {
   const Config& c = m.config();
   Index max_tokens = 0;
   for (const auto& p : prompts) max_tokens += static_cast<Index>(p.size()) + steps + 1;
-  inferkit::BlockPoolConfig pc{c.n_layers, c.n_kv_heads, c.head_size(), page_size, max_tokens / page_size + 2 * static_cast<Index>(prompts.size()) + 8};
+  inferkit::BlockPoolConfig pc{c.n_layers, c.n_kv_heads, c.head_size(), page_size,
+                               max_tokens / page_size + 2 * static_cast<Index>(prompts.size()) + 8};
   if (quant) {
     pc.quant = paged_quant(*quant, page_size);
     inferkit::BlockPool<inferkit::QuantizedKv> pool(pc);
@@ -344,7 +357,8 @@ struct EvalResult {
 /// predict token t + 1. Averages over predicted positions in [first, last).
 inline EvalResult evaluate(const Model& m, const std::vector<TokenId>& ids, const CacheOptions& copt, Index first,
                            Index last, Index chunk = 1) {
-  if (chunk < 1) throw std::invalid_argument("llama2c: eval chunk = " + std::to_string(chunk) + " is invalid: must be >= 1");
+  if (chunk < 1)
+    throw std::invalid_argument("llama2c: eval chunk = " + std::to_string(chunk) + " is invalid: must be >= 1");
   Cache cache(m.config(), copt);
   const Index V = m.config().vocab_size;
   std::vector<float> logits(static_cast<std::size_t>(V * chunk));

@@ -26,11 +26,11 @@ namespace llama2c {
 
 /// The value flags this file reads (main.cpp adds them to its accepted set).
 inline const std::vector<std::string> kSamplingValueFlags = {
-    "--sampler-order", "--typical", "--frequency-penalty", "--presence-penalty", "--min-keep", "--dynatemp-range",
-    "--dynatemp-exp", "--top-n-sigma", "--xtc-threshold", "--xtc-probability", "--dry-multiplier", "--dry-base",
-    "--dry-allowed-length", "--dry-penalty-last-n", "--dry-breakers", "--mirostat", "--mirostat-tau", "--mirostat-eta",
-    "--epsilon-cutoff", "--eta-cutoff", "--min-new-tokens", "--exp-decay", "--bad-words", "--sequence-bias",
-    "--begin-suppress"};
+    "--sampler-order",  "--typical",      "--frequency-penalty",  "--presence-penalty",   "--min-keep",
+    "--dynatemp-range", "--dynatemp-exp", "--top-n-sigma",        "--xtc-threshold",      "--xtc-probability",
+    "--dry-multiplier", "--dry-base",     "--dry-allowed-length", "--dry-penalty-last-n", "--dry-breakers",
+    "--mirostat",       "--mirostat-tau", "--mirostat-eta",       "--epsilon-cutoff",     "--eta-cutoff",
+    "--min-new-tokens", "--exp-decay",    "--bad-words",          "--sequence-bias",      "--begin-suppress"};
 
 namespace detail {
 
@@ -85,7 +85,8 @@ template <class Flags>
 void apply_sampling_flags(const Flags& a, SamplingConfig& s) {
   inferkit::SamplingParams& p = s.params;
   const std::string order = a.str("--sampler-order", "inferkit");
-  if (order == "llama.cpp") s.llama_cpp_order = true;
+  if (order == "llama.cpp")
+    s.llama_cpp_order = true;
   else if (order != "inferkit" && order != "hf")
     throw std::invalid_argument("--sampler-order = '" + order + "' is invalid: must be inferkit, hf or llama.cpp");
   p.typical_p = a.real("--typical", p.typical_p);
@@ -111,9 +112,11 @@ void apply_sampling_flags(const Flags& a, SamplingConfig& s) {
   if (a.has("--exp-decay")) {
     const std::string v = a.str("--exp-decay");
     const auto colon = v.find(':');
-    if (colon == std::string::npos) throw std::invalid_argument("--exp-decay = '" + v + "' is invalid: must be START:FACTOR");
+    if (colon == std::string::npos)
+      throw std::invalid_argument("--exp-decay = '" + v + "' is invalid: must be START:FACTOR");
     const auto start = detail::id_list(v.substr(0, colon), "--exp-decay");
-    if (start.size() != 1) throw std::invalid_argument("--exp-decay = '" + v + "' is invalid: START must be one integer");
+    if (start.size() != 1)
+      throw std::invalid_argument("--exp-decay = '" + v + "' is invalid: START must be one integer");
     p.exponential_decay_start = start[0];
     p.exponential_decay_factor = detail::real_of(v.substr(colon + 1), "--exp-decay");
   }
@@ -129,7 +132,8 @@ void apply_sampling_flags(const Flags& a, SamplingConfig& s) {
       p.sequence_bias.push_back({std::move(ids), detail::real_of(part.substr(eq + 1), "--sequence-bias")});
     }
   }
-  if (a.has("--begin-suppress")) p.begin_suppress_tokens = detail::id_list(a.str("--begin-suppress"), "--begin-suppress");
+  if (a.has("--begin-suppress"))
+    p.begin_suppress_tokens = detail::id_list(a.str("--begin-suppress"), "--begin-suppress");
   if (p.min_new_tokens > 0 || p.exponential_decay_factor != 1.0f || !p.bad_words.empty()) p.eos_tokens = {kEos};
 }
 

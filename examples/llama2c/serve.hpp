@@ -91,17 +91,17 @@ class IterationClock final : public ServeClock {
 struct ServeOptions {
   /// Budget, sequence cap, prefill chunk, chunked / unchunked prefill, policy (serving/scheduler.hpp).
   inferkit::SchedulerConfig scheduler{.max_batched_tokens = 512, .max_sequences = 64};
-  Index page_size = 16;         ///< tokens per KV block
-  Index kv_blocks = 0;          ///< KV blocks in the pool; 0 = every running request at its longest
+  Index page_size = 16;  ///< tokens per KV block
+  Index kv_blocks = 0;   ///< KV blocks in the pool; 0 = every running request at its longest
   /// If set, the pool holds quantized pages (paged_quant(*kv_quant, page_size)): prefix reuse,
   /// preemption and batching as over float pages, each block 3-6x smaller.
   std::optional<inferkit::KvQuantConfig> kv_quant;
-  bool prefix_cache = true;     ///< reuse cached prefixes through a PrefixTrie
-  bool deterministic = false;   ///< batch-invariant attention and fixed-order matmuls (batch_forward.hpp)
-  Index static_batch = 0;       ///< > 0: the static-batching baseline with groups of this size
-  int threads = 0;              ///< threads of attention and the fixed-order matmuls (0 = OpenMP's default)
+  bool prefix_cache = true;             ///< reuse cached prefixes through a PrefixTrie
+  bool deterministic = false;           ///< batch-invariant attention and fixed-order matmuls (batch_forward.hpp)
+  Index static_batch = 0;               ///< > 0: the static-batching baseline with groups of this size
+  int threads = 0;                      ///< threads of attention and the fixed-order matmuls (0 = OpenMP's default)
   std::string fingerprint = "llama2c";  ///< model identity for the prefix cache
-  ServeClock* clock = nullptr;  ///< nullptr: wall-clock time
+  ServeClock* clock = nullptr;          ///< nullptr: wall-clock time
   /// If set, sees every sampled row's logits before sampling: (request index in the trace,
   /// generated tokens so far, logits [vocab]).
   std::function<void(Index request, Index generated, std::span<const float> logits)> on_logits;
@@ -109,10 +109,10 @@ struct ServeOptions {
 
 /// One request's outcome.
 struct RequestResult {
-  std::vector<TokenId> output;    ///< generated ids (EOS kept)
-  double arrival_ms = 0;          ///< its arrival time
-  std::vector<double> token_ms;   ///< time each generated token was sampled
-  Index preemptions = 0;          ///< times it was preempted and recomputed
+  std::vector<TokenId> output;                                      ///< generated ids (EOS kept)
+  double arrival_ms = 0;                                            ///< its arrival time
+  std::vector<double> token_ms;                                     ///< time each generated token was sampled
+  Index preemptions = 0;                                            ///< times it was preempted and recomputed
   inferkit::FinishReason reason = inferkit::FinishReason::kLength;  ///< why it stopped
   double ttft_ms() const { return token_ms.empty() ? 0.0 : token_ms.front() - arrival_ms; }  ///< time to first token
 };
@@ -120,12 +120,12 @@ struct RequestResult {
 /// Summary of a run.
 struct ServeSummary {
   Index requests = 0, output_tokens = 0, iterations = 0;  ///< counts
-  double seconds = 0;                    ///< from the first arrival to the last token (clock time)
-  double throughput = 0;                 ///< output tokens per second
-  double ttft_p50_ms = 0, ttft_p99_ms = 0;  ///< time to first token
-  double tbt_p50_ms = 0, tbt_p99_ms = 0;    ///< time between consecutive tokens of a request
-  Index prefill_computed = 0, prefill_saved = 0;  ///< prefill rows run; prompt tokens the prefix cache skipped
-  Index preemptions = 0, evicted_pages = 0;       ///< scheduler counters
+  double seconds = 0;                                     ///< from the first arrival to the last token (clock time)
+  double throughput = 0;                                  ///< output tokens per second
+  double ttft_p50_ms = 0, ttft_p99_ms = 0;                ///< time to first token
+  double tbt_p50_ms = 0, tbt_p99_ms = 0;                  ///< time between consecutive tokens of a request
+  Index prefill_computed = 0, prefill_saved = 0;          ///< prefill rows run; prompt tokens the prefix cache skipped
+  Index preemptions = 0, evicted_pages = 0;               ///< scheduler counters
 };
 
 /// A run's results, request by request in trace order, and its summary.
@@ -148,7 +148,8 @@ inline double percentile(std::vector<double> v, double p) {
 inline std::vector<TraceRequest> synthetic_trace(Index n, double rate, const inferkit::bench::ServingWorkloadConfig& w,
                                                  const SamplingConfig& sampling) {
   if (n < 1) throw std::invalid_argument("--synthetic = " + std::to_string(n) + " is invalid: must be >= 1");
-  if (!(rate >= 0) || !std::isfinite(rate)) throw std::invalid_argument("--rate = " + std::to_string(rate) + " is invalid: must be >= 0");
+  if (!(rate >= 0) || !std::isfinite(rate))
+    throw std::invalid_argument("--rate = " + std::to_string(rate) + " is invalid: must be >= 0");
   inferkit::bench::ServingWorkload work(w);
   std::mt19937_64 rng(w.seed ^ 0x5eedULL);
   std::exponential_distribution<double> gap(rate > 0 ? rate : 1.0);
@@ -179,9 +180,12 @@ ServeReport serve_on(const Model& m, const std::vector<TraceRequest>& trace, con
 /// or a request that can never run (naming the request index and field).
 inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace, const ServeOptions& o) {
   const Config& c = m.config();
-  if (o.page_size < 1) throw std::invalid_argument("--page-size = " + std::to_string(o.page_size) + " is invalid: must be >= 1");
-  if (o.kv_blocks < 0) throw std::invalid_argument("--kv-blocks = " + std::to_string(o.kv_blocks) + " is invalid: must be >= 0");
-  if (o.static_batch < 0) throw std::invalid_argument("--static-batch = " + std::to_string(o.static_batch) + " is invalid: must be >= 0");
+  if (o.page_size < 1)
+    throw std::invalid_argument("--page-size = " + std::to_string(o.page_size) + " is invalid: must be >= 1");
+  if (o.kv_blocks < 0)
+    throw std::invalid_argument("--kv-blocks = " + std::to_string(o.kv_blocks) + " is invalid: must be >= 0");
+  if (o.static_batch < 0)
+    throw std::invalid_argument("--static-batch = " + std::to_string(o.static_batch) + " is invalid: must be >= 0");
   inferkit::SchedulerConfig sc = o.scheduler;
   if (o.kv_quant) {  // KIVI pages: chunks end at whole key groups (SchedulerConfig::prefill_chunk_alignment)
     const inferkit::KvQuantConfig pq = paged_quant(*o.kv_quant, o.page_size);
@@ -190,7 +194,8 @@ inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace,
   }
   if (o.static_batch > 0) {  // the whole group runs at once
     sc.max_sequences = o.static_batch;
-    sc.max_batched_tokens = std::max(sc.max_batched_tokens, sc.max_sequences + std::max<Index>(1, sc.prefill_chunk_alignment) - 1);
+    sc.max_batched_tokens =
+        std::max(sc.max_batched_tokens, sc.max_sequences + std::max<Index>(1, sc.prefill_chunk_alignment) - 1);
   }
   const Index n = static_cast<Index>(trace.size());
   std::vector<inferkit::SamplerChain> chains;
@@ -202,8 +207,10 @@ inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace,
     if (r.prompt.empty()) throw std::invalid_argument(at + "prompt.size() = 0 is invalid: must be >= 1");
     for (TokenId t : r.prompt)
       if (t < 0 || t >= c.vocab_size)
-        throw std::invalid_argument(at + "prompt token " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-    const Index need = inferkit::ceil_div<Index>(static_cast<Index>(r.prompt.size()) + r.max_new_tokens - 1, o.page_size);
+        throw std::invalid_argument(at + "prompt token " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                    std::to_string(c.vocab_size) + ")");
+    const Index need =
+        inferkit::ceil_div<Index>(static_cast<Index>(r.prompt.size()) + r.max_new_tokens - 1, o.page_size);
     longest = std::max(longest, need);
     total += need;
     chains.push_back(make_chain(r.sampling));
@@ -276,9 +283,11 @@ ServeReport detail::serve_on(const Model& m, const std::vector<TraceRequest>& tr
         for (; next < end; ++next) add(order[next]);
       }
     } else {
-      if (sched.idle() && next < order.size()) clock.wait_until(trace[static_cast<std::size_t>(order[next])].arrival_ms);
+      if (sched.idle() && next < order.size())
+        clock.wait_until(trace[static_cast<std::size_t>(order[next])].arrival_ms);
       const double now = clock.now_ms();
-      for (; next < order.size() && trace[static_cast<std::size_t>(order[next])].arrival_ms <= now; ++next) add(order[next]);
+      for (; next < order.size() && trace[static_cast<std::size_t>(order[next])].arrival_ms <= now; ++next)
+        add(order[next]);
     }
     auto& plan = sched.schedule();
     if (plan.empty()) throw std::logic_error("llama2c serve: the scheduler planned nothing with requests pending");
@@ -290,7 +299,8 @@ ServeReport detail::serve_on(const Model& m, const std::vector<TraceRequest>& tr
     for (const auto& s : plan.sequences) {
       if (!s.sample) continue;
       const Index i = index_of.at(s.id);
-      std::span<float> lg(logits.data() + row++ * static_cast<std::size_t>(c.vocab_size), static_cast<std::size_t>(c.vocab_size));
+      std::span<float> lg(logits.data() + row++ * static_cast<std::size_t>(c.vocab_size),
+                          static_cast<std::size_t>(c.vocab_size));
       if (o.on_logits) o.on_logits(i, s.draw_index, lg);
       const auto& chain = chains[static_cast<std::size_t>(i)];
       auto& state = states[static_cast<std::size_t>(i)];
@@ -354,20 +364,22 @@ inline void write_results(std::ostream& out, const ServeReport& rep) {
     out << "], \"arrival_ms\": " << num(r.arrival_ms) << ", \"ttft_ms\": " << num(r.ttft_ms())
         << ", \"finish_ms\": " << num(r.token_ms.empty() ? r.arrival_ms : r.token_ms.back()) << ", \"token_ms\": [";
     for (std::size_t k = 0; k < r.token_ms.size(); ++k) out << (k ? ", " : "") << num(r.token_ms[k]);
-    out << "], \"preemptions\": " << r.preemptions << ", \"finish_reason\": \"" << inferkit::finish_reason_name(r.reason) << "\"}\n";
+    out << "], \"preemptions\": " << r.preemptions << ", \"finish_reason\": \""
+        << inferkit::finish_reason_name(r.reason) << "\"}\n";
   }
 }
 
 /// The summary as one line of `name value` pairs (scripts/serve_sweep.sh reads it).
 inline std::string summary_line(const ServeSummary& s) {
   char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "serve: requests %ld output_tokens %ld iterations %ld seconds %.3f throughput %.1f ttft_p50_ms %.2f "
-                "ttft_p99_ms %.2f tbt_p50_ms %.2f tbt_p99_ms %.2f prefill_computed %ld prefill_saved %ld preemptions %ld "
-                "evicted_pages %ld",
-                static_cast<long>(s.requests), static_cast<long>(s.output_tokens), static_cast<long>(s.iterations), s.seconds,
-                s.throughput, s.ttft_p50_ms, s.ttft_p99_ms, s.tbt_p50_ms, s.tbt_p99_ms, static_cast<long>(s.prefill_computed),
-                static_cast<long>(s.prefill_saved), static_cast<long>(s.preemptions), static_cast<long>(s.evicted_pages));
+  std::snprintf(
+      buf, sizeof(buf),
+      "serve: requests %ld output_tokens %ld iterations %ld seconds %.3f throughput %.1f ttft_p50_ms %.2f "
+      "ttft_p99_ms %.2f tbt_p50_ms %.2f tbt_p99_ms %.2f prefill_computed %ld prefill_saved %ld preemptions %ld "
+      "evicted_pages %ld",
+      static_cast<long>(s.requests), static_cast<long>(s.output_tokens), static_cast<long>(s.iterations), s.seconds,
+      s.throughput, s.ttft_p50_ms, s.ttft_p99_ms, s.tbt_p50_ms, s.tbt_p99_ms, static_cast<long>(s.prefill_computed),
+      static_cast<long>(s.prefill_saved), static_cast<long>(s.preemptions), static_cast<long>(s.evicted_pages));
   return buf;
 }
 

@@ -45,8 +45,9 @@
 namespace llama2c {
 
 /// The CLI's steering flags that take a value, and its steering switches.
-inline const std::vector<std::string> kSteeringValueFlags = {"--steer-pos", "--steer-neg", "--steer-layer", "--steer-scale",
-                                                             "--steer-reduce", "--steer-positions", "--steer-tokens"};
+inline const std::vector<std::string> kSteeringValueFlags = {"--steer-pos",   "--steer-neg",    "--steer-layer",
+                                                             "--steer-scale", "--steer-reduce", "--steer-positions",
+                                                             "--steer-tokens"};
 inline const std::vector<std::string> kSteeringSwitches = {"--steer-ablate", "--steer-unit", "--steer-preserve-norm"};
 
 /// What to steer with: prompt pairs, the layer, and how the vector is applied.
@@ -74,7 +75,8 @@ struct SteeringVector {
 inline std::vector<float> layer_states(const Model& m, const std::vector<TokenId>& tokens, int layer) {
   inferkit::require_index(layer, m.config().n_layers, "layer");
   const Index n = static_cast<Index>(tokens.size()), D = m.config().dim;
-  std::vector<float> states(static_cast<std::size_t>(n * D)), logits(static_cast<std::size_t>(n * m.config().vocab_size));
+  std::vector<float> states(static_cast<std::size_t>(n * D)),
+      logits(static_cast<std::size_t>(n * m.config().vocab_size));
   const ResidualHook capture = [&](int l, std::int32_t, inferkit::MatrixView<float> x) {
     if (l == layer)
       for (Index t = 0; t < n; ++t) std::copy_n(x.row_ptr(t), D, states.data() + t * D);
@@ -93,7 +95,8 @@ inline SteeringVector build_steering_vector(const Model& m, const SteeringSpec& 
   const Index D = m.config().dim;
   inferkit::ContrastiveVectorBuilder builder(D, {.reduction = spec.reduction, .normalize = spec.unit});
   const auto states_of = [&](const std::vector<TokenId>& prompt, const char* side, std::size_t i) {
-    inferkit::require(!prompt.empty(), std::string(side) + " prompt " + std::to_string(i) + " length", prompt.size(), "must be > 0");
+    inferkit::require(!prompt.empty(), std::string(side) + " prompt " + std::to_string(i) + " length", prompt.size(),
+                      "must be > 0");
     std::vector<TokenId> seq{kBos};
     seq.insert(seq.end(), prompt.begin(), prompt.end());
     return layer_states(m, seq, spec.layer);
@@ -101,7 +104,8 @@ inline SteeringVector build_steering_vector(const Model& m, const SteeringSpec& 
   for (std::size_t i = 0; i < spec.positive.size(); ++i) {
     const auto p = states_of(spec.positive[i], "positive", i), q = states_of(spec.negative[i], "negative", i);
     const Index tp = static_cast<Index>(spec.positive[i].size()), tq = static_cast<Index>(spec.negative[i].size());
-    builder.add_pair(inferkit::MatrixView<const float>(p.data() + D, tp, D), inferkit::MatrixView<const float>(q.data() + D, tq, D));
+    builder.add_pair(inferkit::MatrixView<const float>(p.data() + D, tp, D),
+                     inferkit::MatrixView<const float>(q.data() + D, tq, D));
   }
   SteeringVector out;
   out.v = builder.vector();
@@ -141,8 +145,8 @@ inline ResidualHook steering_hook(const inferkit::SteeringPlan& plan, Index prom
 
 /// Held-out evaluation with and without steering.
 struct SteeringEval {
-  Index count = 0;                 // predicted positions
-  double nll_base = 0, nll_steered = 0;          // mean NLL (nats)
+  Index count = 0;                                 // predicted positions
+  double nll_base = 0, nll_steered = 0;            // mean NLL (nats)
   double set_prob_base = 0, set_prob_steered = 0;  // mean probability mass of the token set
 };
 
@@ -150,8 +154,9 @@ struct SteeringEval {
 /// positions [first, last) predicted), run twice in lockstep: without a hook and with the plan
 /// (the prompt being positions < first). Also the mean probability of `token_set` at each
 /// predicted position.
-inline SteeringEval evaluate_steering(const Model& m, const std::vector<TokenId>& ids, const inferkit::SteeringPlan& plan,
-                                      const std::vector<TokenId>& token_set, const CacheOptions& copt, Index first, Index last) {
+inline SteeringEval evaluate_steering(const Model& m, const std::vector<TokenId>& ids,
+                                      const inferkit::SteeringPlan& plan, const std::vector<TokenId>& token_set,
+                                      const CacheOptions& copt, Index first, Index last) {
   const Index V = m.config().vocab_size;
   const std::set<TokenId> set(token_set.begin(), token_set.end());  // each token once
   for (TokenId t : set) inferkit::require_index(t, V, "--steer-tokens id");
@@ -185,7 +190,8 @@ inline SteeringEval evaluate_steering(const Model& m, const std::vector<TokenId>
 }
 
 /// Prompts of a file, one per non-blank line: token ids, or text encoded by `tok` when given.
-inline std::vector<std::vector<TokenId>> read_prompt_lines(const std::string& path, const Tokenizer* tok, const std::string& flag) {
+inline std::vector<std::vector<TokenId>> read_prompt_lines(const std::string& path, const Tokenizer* tok,
+                                                           const std::string& flag) {
   std::ifstream f(path);
   if (!f) throw std::invalid_argument("cannot open " + flag + " file '" + path + "'");
   std::vector<std::vector<TokenId>> prompts;
@@ -209,8 +215,8 @@ inline std::vector<std::vector<TokenId>> read_prompt_lines(const std::string& pa
         used = 0;
       }
       if (used != word.size() || used == 0)
-        throw std::invalid_argument(flag + " file '" + path + "' line " + std::to_string(number) + ": '" + word.substr(0, 24) +
-                                    "' is not a token id (give --tokenizer for text prompts)");
+        throw std::invalid_argument(flag + " file '" + path + "' line " + std::to_string(number) + ": '" +
+                                    word.substr(0, 24) + "' is not a token id (give --tokenizer for text prompts)");
       ids.push_back(static_cast<TokenId>(v));
     }
     prompts.push_back(std::move(ids));
@@ -236,21 +242,23 @@ inline inferkit::PositionSelection parse_positions(const std::string& text) {
     }
   } catch (const std::invalid_argument& e) {
     if (std::string(e.what()).rfind("inferkit:", 0) == 0) throw;
-  } catch (const std::out_of_range&) {
-  }
+  } catch (const std::out_of_range&) {}
   throw std::invalid_argument("--steer-positions = '" + text + "' is invalid: must be all, prompt, generated or A:B");
 }
 
 /// One line for stderr: what the vector is and how big the edit is against the states.
 inline std::string describe(const SteeringSpec& spec, const SteeringVector& sv) {
   char buf[320];
-  std::snprintf(buf, sizeof(buf),
-                "steering: %ld pairs at layer %d (%s), |v| = %.4g, mean |h| = %.4g, %s scale %g%s%s",
-                static_cast<long>(sv.pairs), spec.layer,
-                spec.reduction == inferkit::TokenReduction::kLastToken ? "last token" : "mean over positions", sv.v_norm,
-                sv.mean_state_norm, spec.ablate ? "ablation after every layer," : "addition,", double(spec.scale),
-                spec.ablate ? "" : (" (|s v| / |h| = " + std::to_string(std::abs(spec.scale) * sv.v_norm / std::max(sv.mean_state_norm, 1e-30)) + ")").c_str(),
-                spec.preserve_norm ? ", norm preserved" : "");
+  std::snprintf(
+      buf, sizeof(buf), "steering: %ld pairs at layer %d (%s), |v| = %.4g, mean |h| = %.4g, %s scale %g%s%s",
+      static_cast<long>(sv.pairs), spec.layer,
+      spec.reduction == inferkit::TokenReduction::kLastToken ? "last token" : "mean over positions", sv.v_norm,
+      sv.mean_state_norm, spec.ablate ? "ablation after every layer," : "addition,", double(spec.scale),
+      spec.ablate ? ""
+                  : (" (|s v| / |h| = " +
+                     std::to_string(std::abs(spec.scale) * sv.v_norm / std::max(sv.mean_state_norm, 1e-30)) + ")")
+                        .c_str(),
+      spec.preserve_norm ? ", norm preserved" : "");
   return buf;
 }
 

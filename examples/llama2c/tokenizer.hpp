@@ -39,12 +39,14 @@ class Tokenizer {
     for (int i = 0; i < vocab_size; ++i) {
       float score = 0;
       std::int32_t len = 0;
-      if (!f.read(reinterpret_cast<char*>(&score), sizeof(score)) || !f.read(reinterpret_cast<char*>(&len), sizeof(len)) ||
-          len < 0 || len > 1 << 16)
-        throw std::invalid_argument("llama2c: tokenizer file '" + path + "' is truncated or corrupt at token " + std::to_string(i));
+      if (!f.read(reinterpret_cast<char*>(&score), sizeof(score)) ||
+          !f.read(reinterpret_cast<char*>(&len), sizeof(len)) || len < 0 || len > 1 << 16)
+        throw std::invalid_argument("llama2c: tokenizer file '" + path + "' is truncated or corrupt at token " +
+                                    std::to_string(i));
       std::string piece(static_cast<std::size_t>(len), '\0');
       if (!f.read(piece.data(), len))
-        throw std::invalid_argument("llama2c: tokenizer file '" + path + "' is truncated at token " + std::to_string(i));
+        throw std::invalid_argument("llama2c: tokenizer file '" + path + "' is truncated at token " +
+                                    std::to_string(i));
       t.add(piece, score);
     }
     return t;
@@ -79,9 +81,12 @@ class Tokenizer {
     for (std::size_t i = 0; i < text.size();) {
       std::size_t n = 1;  // bytes of this UTF-8 codepoint
       const auto c = static_cast<unsigned char>(text[i]);
-      if (c >= 0xF0) n = 4;
-      else if (c >= 0xE0) n = 3;
-      else if (c >= 0xC0) n = 2;
+      if (c >= 0xF0)
+        n = 4;
+      else if (c >= 0xE0)
+        n = 3;
+      else if (c >= 0xC0)
+        n = 2;
       n = std::min(n, text.size() - i);
       const auto id = lookup(text.substr(i, n));
       if (id >= 0) {
@@ -90,8 +95,9 @@ class Tokenizer {
         for (std::size_t b = 0; b < n; ++b) {  // <0xXX> = id byte + 3, when the vocabulary has byte tokens
           const int byte = static_cast<unsigned char>(text[i + b]);
           if (byte + 3 >= vocab_size())
-            throw std::invalid_argument("llama2c: text byte " + std::to_string(byte) + " at offset " + std::to_string(i + b) +
-                                        " has no token: the vocabulary (" + std::to_string(vocab_size()) +
+            throw std::invalid_argument("llama2c: text byte " + std::to_string(byte) + " at offset " +
+                                        std::to_string(i + b) + " has no token: the vocabulary (" +
+                                        std::to_string(vocab_size()) +
                                         " tokens) has no byte-fallback token <0x..> at id " + std::to_string(byte + 3));
           ids.push_back(byte + 3);
         }
@@ -103,7 +109,8 @@ class Tokenizer {
       inferkit::TokenId best_id = -1;
       std::size_t best_at = 0;
       for (std::size_t i = 0; i + 1 < ids.size(); ++i) {
-        const auto id = lookup(pieces_[static_cast<std::size_t>(ids[i])] + pieces_[static_cast<std::size_t>(ids[i + 1])]);
+        const auto id =
+            lookup(pieces_[static_cast<std::size_t>(ids[i])] + pieces_[static_cast<std::size_t>(ids[i + 1])]);
         if (id >= 0 && scores_[static_cast<std::size_t>(id)] > best) {
           best = scores_[static_cast<std::size_t>(id)];
           best_id = id;
@@ -124,7 +131,8 @@ class Tokenizer {
     std::string piece = pieces_[static_cast<std::size_t>(token)];
     if (prev == 1 && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
     unsigned byte = 0;
-    if (piece.size() == 6 && std::sscanf(piece.c_str(), "<0x%02X>", &byte) == 1) return std::string(1, static_cast<char>(byte));
+    if (piece.size() == 6 && std::sscanf(piece.c_str(), "<0x%02X>", &byte) == 1)
+      return std::string(1, static_cast<char>(byte));
     return piece;
   }
 

@@ -24,8 +24,8 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <istream>
 #include <limits>
 #include <optional>
@@ -42,11 +42,11 @@ namespace llama2c {
 
 /// One request of a trace.
 struct TraceRequest {
-  double arrival_ms = 0;             ///< arrival time, ms after the start of the run
-  std::vector<TokenId> prompt;       ///< prompt token ids (non-empty)
-  Index max_new_tokens = 0;          ///< tokens to generate at most (>= 1)
-  SamplingConfig sampling;           ///< temperature, top-k/p, min-p, repetition penalty, seed
-  std::vector<TokenId> eos_ids;      ///< ids that end the request when generated
+  double arrival_ms = 0;         ///< arrival time, ms after the start of the run
+  std::vector<TokenId> prompt;   ///< prompt token ids (non-empty)
+  Index max_new_tokens = 0;      ///< tokens to generate at most (>= 1)
+  SamplingConfig sampling;       ///< temperature, top-k/p, min-p, repetition penalty, seed
+  std::vector<TokenId> eos_ids;  ///< ids that end the request when generated
 };
 
 /// What the trace parser checks against.
@@ -103,16 +103,35 @@ class TraceLineParser {
       if (i_ >= s_.size()) fail_here(field, "unterminated escape");
       const char e = s_[i_++];
       switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'u': append_utf8(out, code_point(field)); break;
-        default: fail_here(field, std::string("bad escape \\") + shown(e));
+        case '"':
+          out.push_back('"');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '/':
+          out.push_back('/');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'u':
+          append_utf8(out, code_point(field));
+          break;
+        default:
+          fail_here(field, std::string("bad escape \\") + shown(e));
       }
     }
   }
@@ -122,7 +141,9 @@ class TraceLineParser {
     ws();
     const std::size_t b = i_;
     if (i_ < s_.size() && s_[i_] == '-') ++i_;
-    if (!digits()) fail_here(field, i_ < s_.size() ? "expected a number, got " + shown(s_[i_]) : "expected a number, the line ended");
+    if (!digits())
+      fail_here(field,
+                i_ < s_.size() ? "expected a number, got " + shown(s_[i_]) : "expected a number, the line ended");
     if (i_ < s_.size() && s_[i_] == '.') {
       ++i_;
       if (!digits()) fail_here(field, "expected digits after '.'");
@@ -150,7 +171,8 @@ class TraceLineParser {
     const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
     if (r.ptr != t.data() + t.size()) fail(field, "must be an integer, got " + std::string(t));
     if (r.ec != std::errc() || v < lo || v > hi)
-      fail(field, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::string(t));
+      fail(field,
+           "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::string(t));
     return v;
   }
 
@@ -197,10 +219,14 @@ class TraceLineParser {
       if (i_ >= s_.size()) fail_here(field, "unterminated \\u escape");
       const char c = s_[i_++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
-      else fail_here(field, std::string("bad hex digit ") + shown(c) + " in a \\u escape");
+      if (c >= '0' && c <= '9')
+        v |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<unsigned>(c - 'A' + 10);
+      else
+        fail_here(field, std::string("bad hex digit ") + shown(c) + " in a \\u escape");
     }
     return v;
   }
@@ -208,7 +234,8 @@ class TraceLineParser {
     const unsigned hi = hex4(field);
     if (hi >= 0xDC00 && hi <= 0xDFFF) fail_here(field, "lone low surrogate in a \\u escape");
     if (hi < 0xD800 || hi > 0xDBFF) return hi;
-    if (i_ + 1 >= s_.size() || s_[i_] != '\\' || s_[i_ + 1] != 'u') fail_here(field, "high surrogate without its low half");
+    if (i_ + 1 >= s_.size() || s_[i_] != '\\' || s_[i_ + 1] != 'u')
+      fail_here(field, "high surrogate without its low half");
     i_ += 2;
     const unsigned lo = hex4(field);
     if (lo < 0xDC00 || lo > 0xDFFF) fail_here(field, "high surrogate without its low half");
@@ -267,7 +294,8 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
       p.expect(':', key);
       const auto number_in = [&](double lo, double hi, bool lo_open, const char* rule) {
         const double v = p.real(key);
-        if (v < lo || v > hi || (lo_open && v == lo)) p.fail(key, std::string("must be ") + rule + ", got " + std::to_string(v));
+        if (v < lo || v > hi || (lo_open && v == lo))
+          p.fail(key, std::string("must be ") + rule + ", got " + std::to_string(v));
         return v;
       };
       if (key == "arrival_ms") {
@@ -299,8 +327,9 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
       } else if (key == "eos_ids") {
         r.eos_ids = p.ids(key, opt.vocab_size, 1 << 16);
       } else {
-        p.fail(key, "unknown field (known: arrival_ms, prompt_ids, prompt, max_new_tokens, temperature, top_k, top_p, "
-                    "min_p, repetition_penalty, repeat_last_n, seed, eos_ids)");
+        p.fail(key,
+               "unknown field (known: arrival_ms, prompt_ids, prompt, max_new_tokens, temperature, top_k, top_p, "
+               "min_p, repetition_penalty, repeat_last_n, seed, eos_ids)");
       }
       if (p.peek('}')) {
         p.expect('}', key);
@@ -318,10 +347,12 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
     r.prompt = {kBos};
     const auto ids = opt.tokenizer->encode(prompt_text);
     r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
-    if (r.prompt.size() > opt.max_prompt_tokens) p.fail("prompt", "encodes to more than " + std::to_string(opt.max_prompt_tokens) + " tokens");
+    if (r.prompt.size() > opt.max_prompt_tokens)
+      p.fail("prompt", "encodes to more than " + std::to_string(opt.max_prompt_tokens) + " tokens");
     if (opt.vocab_size > 0)
       for (TokenId t : r.prompt)
-        if (t >= opt.vocab_size) p.fail("prompt", "encodes to token " + std::to_string(t) + ", outside the model's vocabulary");
+        if (t >= opt.vocab_size)
+          p.fail("prompt", "encodes to token " + std::to_string(t) + ", outside the model's vocabulary");
   }
   try {
     make_chain(r.sampling);  // any rule the fields above do not cover

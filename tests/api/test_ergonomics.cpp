@@ -61,9 +61,11 @@ TEST_CASE("attention, attention_varlen and attention_batch take options without 
   win.window = 3;
   std::vector<float> var_ref(q.size());
   for (int b = 0; b < 2; ++b) {
-    const inferkit::DenseKv part(kv_k.slice0(cu_k[b], cu_k[b + 1] - cu_k[b]), kv_v.slice0(cu_k[b], cu_k[b + 1] - cu_k[b]));
+    const inferkit::DenseKv part(kv_k.slice0(cu_k[b], cu_k[b + 1] - cu_k[b]),
+                                 kv_v.slice0(cu_k[b], cu_k[b + 1] - cu_k[b]));
     inferkit::attention_reference(Tensor3View<const float>(qv.slice0(cu_q[b], cu_q[b + 1] - cu_q[b])), part,
-                                  Tensor3View<float>(var_ref.data(), tq, hq, d).slice0(cu_q[b], cu_q[b + 1] - cu_q[b]), {}, win);
+                                  Tensor3View<float>(var_ref.data(), tq, hq, d).slice0(cu_q[b], cu_q[b + 1] - cu_q[b]),
+                                  {}, win);
   }
   CHECK(test::max_abs_diff(var, var_ref) < 2e-5);
 
@@ -95,7 +97,8 @@ TEST_CASE("attention, attention_varlen and attention_batch take options without 
   static_assert(std::is_same_v<decltype(inferkit::DenseKv(kbv, vbv, pos)), inferkit::DenseKv<inferkit::BFloat16>>);
 }
 
-TEST_CASE("int8 / int4 / kivi presets fit head_dim 80; explicit groups that do not say how to fix it", "[api][kv][quantized]") {
+TEST_CASE("int8 / int4 / kivi presets fit head_dim 80; explicit groups that do not say how to fix it",
+          "[api][kv][quantized]") {
   const Index layers = 1, hkv = 2, d = 80, tokens = 40;
   const auto k = test::random_normal(tokens * hkv * d, 4), v = test::random_normal(tokens * hkv * d, 5);
   for (const char* preset : {"int8", "int4", "kivi4"}) {
@@ -117,8 +120,9 @@ TEST_CASE("int8 / int4 / kivi presets fit head_dim 80; explicit groups that do n
             const double x = v[(t * hkv + h) * d + g * 16 + i];
             lo = std::min(lo, x), hi = std::max(hi, x), amax = std::max(amax, std::abs(x));
           }
-          const double step = (spec.symmetric ? amax / ((1 << (spec.bits - 1)) - 1) : (hi - lo) / ((1 << spec.bits) - 1)) *
-                              (1 + std::ldexp(1.0, -10));
+          const double step =
+              (spec.symmetric ? amax / ((1 << (spec.bits - 1)) - 1) : (hi - lo) / ((1 << spec.bits) - 1)) *
+              (1 + std::ldexp(1.0, -10));
           for (Index i = 0; i < 16; ++i) {
             const double err = std::abs(double(vals[t * d + g * 16 + i]) - v[(t * hkv + h) * d + g * 16 + i]);
             worst = std::max(worst, err / (0.5 * step + 1e-6));
@@ -127,8 +131,10 @@ TEST_CASE("int8 / int4 / kivi presets fit head_dim 80; explicit groups that do n
       CHECK(worst <= 1.0);
     }
     // The planner accounts for the group the cache uses.
-    const inferkit::ModelShape shape{.layers = layers, .dim = 2 * d, .hidden_dim = 4, .q_heads = 2, .kv_heads = hkv, .vocab = 4};
-    const inferkit::CachePolicy policy{.kind = inferkit::CacheKind::kQuantized, .quant = inferkit::kv_quant_preset(preset)};
+    const inferkit::ModelShape shape{
+        .layers = layers, .dim = 2 * d, .hidden_dim = 4, .q_heads = 2, .kv_heads = hkv, .vocab = 4};
+    const inferkit::CachePolicy policy{.kind = inferkit::CacheKind::kQuantized,
+                                       .quant = inferkit::kv_quant_preset(preset)};
     CHECK(inferkit::kv_bytes_per_token(shape, policy) == Approx(cache.quantized_bytes_per_token()));
   }
   inferkit::QuantSpec fixed{};  // group 32, used as given
@@ -137,7 +143,11 @@ TEST_CASE("int8 / int4 / kivi presets fit head_dim 80; explicit groups that do n
   CHECK_THROWS_WITH(inferkit::QuantizedKvCache(1, 2, 80, inferkit::kv_quant_preset("int8", 64)),
                     Catch::Contains("keys.group_size (32)"));
   // The sink + window cache fits its per-token specs too.
-  inferkit::QuantizedSinkWindowCache sw({.layers = 1, .kv_heads = hkv, .head_dim = d, .n_sink = 1, .window = 4,
+  inferkit::QuantizedSinkWindowCache sw({.layers = 1,
+                                         .kv_heads = hkv,
+                                         .head_dim = d,
+                                         .n_sink = 1,
+                                         .window = 4,
                                          .quant = inferkit::kv_quant_preset("int4")});
   CHECK(sw.bytes() == 2 * hkv * 5 * (d / 2 + (d / 16) * 4));
 }
@@ -164,14 +174,15 @@ TEST_CASE("config-struct constructors build the caches their positional forms bu
         }
       }
     }
-    inferkit::DenseKvCache<float> fixed({.layers = 1, .kv_heads = hkv, .head_dim = d, .capacity = 3,
-                                         .growth = inferkit::CacheGrowth::kFixed});
+    inferkit::DenseKvCache<float> fixed(
+        {.layers = 1, .kv_heads = hkv, .head_dim = d, .capacity = 3, .growth = inferkit::CacheGrowth::kFixed});
     CHECK_THROWS_WITH(fixed.append(0, kv_k, kv_v), Catch::Contains("fixed capacity (3)"));
     CHECK_THROWS_WITH(inferkit::DenseKvCache<float>({.layers = 1, .head_dim = d}), Catch::Contains("kv_heads = 0"));
   }
 
   SECTION("quantized: the config's specs are used") {
-    inferkit::QuantizedKvCache cache({.layers = 1, .kv_heads = hkv, .head_dim = d, .quant = inferkit::kv_quant_preset("kivi2")});
+    inferkit::QuantizedKvCache cache(
+        {.layers = 1, .kv_heads = hkv, .head_dim = d, .quant = inferkit::kv_quant_preset("kivi2")});
     CHECK(cache.config().keys.axis == inferkit::QuantAxis::kPerChannel);
     CHECK(cache.config().values.bits == 2);
     CHECK(cache.config().values.group_size == 8);
@@ -181,8 +192,13 @@ TEST_CASE("config-struct constructors build the caches their positional forms bu
   SECTION("sink + window with cache positions: kept tokens, rotated on read at slot positions") {
     const Index sinks = 2, window = 4;
     const inferkit::RopeOptions rope{inferkit::RopeStyle::kHalfSplit, 500.0, 6};
-    inferkit::SinkWindowCache<float> cache({.layers = 1, .kv_heads = hkv, .head_dim = d, .n_sink = sinks,
-                                            .window = window, .positions = inferkit::PositionPolicy::kCache, .rope = rope});
+    inferkit::SinkWindowCache<float> cache({.layers = 1,
+                                            .kv_heads = hkv,
+                                            .head_dim = d,
+                                            .n_sink = sinks,
+                                            .window = window,
+                                            .positions = inferkit::PositionPolicy::kCache,
+                                            .rope = rope});
     std::vector<std::int32_t> orig(n);
     for (Index t = 0; t < n; ++t) orig[t] = static_cast<std::int32_t>(100 + t);
     cache.append(0, kv_k, kv_v, orig);
@@ -208,7 +224,8 @@ TEST_CASE("config-struct constructors build the caches their positional forms bu
         }
       }
     }
-    CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>({.layers = 1, .kv_heads = 1, .head_dim = d}), Catch::Contains("window = 0"));
+    CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>({.layers = 1, .kv_heads = 1, .head_dim = d}),
+                      Catch::Contains("window = 0"));
   }
 
   SECTION("quantized sink + window: original positions, per-channel specs refused") {
@@ -219,16 +236,18 @@ TEST_CASE("config-struct constructors build the caches their positional forms bu
     std::vector<std::int32_t> pos(4);
     inferkit::copy_kv_head(cache.source(0), 1, {}, {}, pos);
     CHECK(pos == std::vector<std::int32_t>{0, 7 * (n - 3), 7 * (n - 2), 7 * (n - 1)});
-    CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache({.layers = 1, .kv_heads = 1, .head_dim = d, .window = 2,
-                                                          .quant = inferkit::kv_quant_preset("kivi4")}),
-                      Catch::Contains("per-channel"));
+    CHECK_THROWS_WITH(
+        inferkit::QuantizedSinkWindowCache(
+            {.layers = 1, .kv_heads = 1, .head_dim = d, .window = 2, .quant = inferkit::kv_quant_preset("kivi4")}),
+        Catch::Contains("per-channel"));
   }
 }
 
 TEST_CASE("copy_kv_head reads paged sources in token order and checks its outputs", "[api][kv]") {
   const Index hkv = 2, d = 8, n = 21;
   const auto k = bf16_exact(n * hkv * d, 8), v = bf16_exact(n * hkv * d, 9);
-  inferkit::BlockPool<inferkit::Float16> pool({.layers = 1, .kv_heads = hkv, .head_dim = d, .page_size = 4, .max_blocks = 8});
+  inferkit::BlockPool<inferkit::Float16> pool(
+      {.layers = 1, .kv_heads = hkv, .head_dim = d, .page_size = 4, .max_blocks = 8});
   inferkit::BlockTable<inferkit::Float16> table(pool);
   REQUIRE(table.reserve(n));
   table.write(0, {k.data(), n, hkv, d}, {v.data(), n, hkv, d});
@@ -239,7 +258,8 @@ TEST_CASE("copy_kv_head reads paged sources in token order and checks its output
     for (Index j = 0; j < 12; ++j) CHECK(keys[t * 12 + j] == (j < d ? k[(t * hkv + 1) * d + j] : -1.0f));
 
   std::vector<float> small((n - 1) * d);
-  CHECK_THROWS_WITH(inferkit::copy_kv_head(table.source(0), 0, {small.data(), n - 1, d}, {}), Catch::Contains("keys.rows() = 20"));
+  CHECK_THROWS_WITH(inferkit::copy_kv_head(table.source(0), 0, {small.data(), n - 1, d}, {}),
+                    Catch::Contains("keys.rows() = 20"));
   std::vector<std::int32_t> pos(3);
   CHECK_THROWS_WITH(inferkit::copy_kv_head(table.source(0), 0, {}, {}, pos), Catch::Contains("positions.size() = 3"));
   CHECK_THROWS_AS(inferkit::copy_kv_head(table.source(0), 2, {}, {}), std::out_of_range);

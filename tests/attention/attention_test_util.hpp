@@ -15,8 +15,7 @@
 #include "inferkit/attention/reference.hpp"
 #include "inferkit/core/convert.hpp"
 
-namespace test {
-}  // namespace test
+namespace test {}  // namespace test
 using inferkit::Index;
 namespace test {
 
@@ -67,8 +66,10 @@ Result run_case(const Case& c, bool reference, std::int32_t first_position = 0) 
                           inferkit::Tensor3View<const T>(v.data(), c.tk, c.hkv, c.d), first_position);
   inferkit::Tensor3View<float> ov(r.out.data(), c.tq, c.hq, c.d);
   inferkit::MatrixView<float> lv(r.lse.data(), c.tq, c.hq);
-  if (reference) inferkit::attention_reference(qv, kv, ov, lv, c.opt);
-  else inferkit::attention(qv, kv, ov, lv, c.opt);
+  if (reference)
+    inferkit::attention_reference(qv, kv, ov, lv, c.opt);
+  else
+    inferkit::attention(qv, kv, ov, lv, c.opt);
   return r;
 }
 

@@ -19,8 +19,10 @@ struct PagedBatch {
   std::vector<inferkit::BlockTable<T>> tables;
 
   PagedBatch(Index kv_heads, Index head_dim, Index page, Index max_blocks)
-      : hkv(kv_heads), d(head_dim),
-        pool(std::make_unique<inferkit::BlockPool<T>>(inferkit::BlockPoolConfig{1, kv_heads, head_dim, page, max_blocks})) {}
+      : hkv(kv_heads),
+        d(head_dim),
+        pool(std::make_unique<inferkit::BlockPool<T>>(
+            inferkit::BlockPoolConfig{1, kv_heads, head_dim, page, max_blocks})) {}
 
   /// A new empty sequence; returns its index.
   std::size_t add() {
@@ -64,14 +66,16 @@ template <class Source>
 Result reference_batch(const std::vector<float>& q, Index hq, Index d, const std::vector<std::int32_t>& cu,
                        const std::vector<Source>& sources, inferkit::AttentionOptions opt) {
   const Index total = cu.back();
-  Result r{std::vector<float>(static_cast<std::size_t>(total * hq * d)), std::vector<float>(static_cast<std::size_t>(total * hq))};
+  Result r{std::vector<float>(static_cast<std::size_t>(total * hq * d)),
+           std::vector<float>(static_cast<std::size_t>(total * hq))};
   const std::span<const std::int32_t> all_pos = opt.query_positions;
   inferkit::Tensor3View<const float> qv(q.data(), total, hq, d);
   inferkit::Tensor3View<float> ov(r.out.data(), total, hq, d);
   inferkit::MatrixView<float> lv(r.lse.data(), total, hq);
   for (std::size_t b = 0; b + 1 < cu.size(); ++b) {
     const Index q0 = cu[b], nq = cu[b + 1] - cu[b];
-    if (!all_pos.empty()) opt.query_positions = all_pos.subspan(static_cast<std::size_t>(q0), static_cast<std::size_t>(nq));
+    if (!all_pos.empty())
+      opt.query_positions = all_pos.subspan(static_cast<std::size_t>(q0), static_cast<std::size_t>(nq));
     inferkit::attention_reference(qv.slice0(q0, nq), sources[b], ov.slice0(q0, nq), lv.rows_slice(q0, nq), opt);
   }
   return r;

@@ -53,7 +53,8 @@ std::vector<AttentionOptions> option_variants() {
 
 }  // namespace
 
-TEST_CASE("batch of paged sequences equals each sequence alone (pages 1, 5, 16; lengths 0 and 1)", "[attention][batch]") {
+TEST_CASE("batch of paged sequences equals each sequence alone (pages 1, 5, 16; lengths 0 and 1)",
+          "[attention][batch]") {
   const std::vector<Index> tokens{0, 1, 37, 130, 64, 300, 2, 0, 77};
   const std::vector<Index> counts{0, 1, 5, 40, 1, 8, 2, 3, 0};  // 3 queries over no tokens: fully masked
   for (Index page : {1, 5, 16}) {
@@ -67,7 +68,8 @@ TEST_CASE("batch of paged sequences equals each sequence alone (pages 1, 5, 16; 
                    << " softcap " << opt.softcap);
       const BatchRun run = check_batch(batch, counts, 8, opt, static_cast<std::uint32_t>(page));
       // Sequence 7 has no tokens: its rows are zeros with LSE -inf.
-      for (Index i = run.cu[7] * 8; i < run.cu[8] * 8; ++i) CHECK(run.got.lse[static_cast<std::size_t>(i)] == -INFINITY);
+      for (Index i = run.cu[7] * 8; i < run.cu[8] * 8; ++i)
+        CHECK(run.got.lse[static_cast<std::size_t>(i)] == -INFINITY);
     }
   }
 }
@@ -92,7 +94,7 @@ TEST_CASE("forked sequences sharing prefix blocks", "[attention][batch]") {
   batch.add();
   batch.append(0, 40, 1);  // 2.5 pages: the third is partially filled
   const std::size_t b = batch.fork(0), c = batch.fork(0);
-  batch.append(b, 9, 2);   // copies the shared partial page before writing
+  batch.append(b, 9, 2);  // copies the shared partial page before writing
   batch.append(c, 30, 3);
   batch.append(0, 3, 4);
   REQUIRE(batch.tables[b].blocks()[0] == batch.tables[0].blocks()[0]);
@@ -113,7 +115,8 @@ TEST_CASE("one 2,000-token chunk batched with 63 decode rows (k + 1 = 2..5 for s
   for (int s = 1; s <= 63; ++s) {
     batch.add();
     const Index rows = s % 8 == 0 ? 2 + s / 8 % 4 : 1;  // speculative verification rows
-    batch.append(static_cast<std::size_t>(s), rows + static_cast<Index>(rng() % 500), static_cast<std::uint32_t>(10 + s));
+    batch.append(static_cast<std::size_t>(s), rows + static_cast<Index>(rng() % 500),
+                 static_cast<std::uint32_t>(10 + s));
     counts.push_back(rows);
   }
   AttentionOptions opt;
@@ -157,10 +160,14 @@ TEST_CASE("batch rejects inconsistent inputs, naming the parameter", "[attention
   inferkit::attention_batch(qv, std::vector<Index>{0, 2, 5}, src, ov);
   CHECK(out == by_int32);
   CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<Index>{0, 2, 4}, src, ov), Contains("cu_q.back() = 4"));
-  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 5}, src, ov), Contains("cu_q.size() = 2"));
-  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 2, 4}, src, ov), Contains("cu_q.back() = 4"));
-  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 6, 5}, src, ov), Contains("cu_q[2] = 5"));
-  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{1, 2, 5}, src, ov), Contains("cu_q[0] = 1"));
+  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 5}, src, ov),
+                    Contains("cu_q.size() = 2"));
+  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 2, 4}, src, ov),
+                    Contains("cu_q.back() = 4"));
+  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{0, 6, 5}, src, ov),
+                    Contains("cu_q[2] = 5"));
+  CHECK_THROWS_WITH(inferkit::attention_batch(qv, std::vector<std::int32_t>{1, 2, 5}, src, ov),
+                    Contains("cu_q[0] = 1"));
   AttentionOptions opt;
   const std::vector<std::int32_t> pos{1, 2, 3};
   opt.query_positions = pos;

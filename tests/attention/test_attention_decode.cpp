@@ -63,20 +63,26 @@ TEST_CASE("two partial attentions merged by LSE equal attention over all keys", 
   const auto q = test::random_normal(static_cast<std::size_t>(tq * hq * d), 1);
   const auto k = test::random_normal(static_cast<std::size_t>(tk * hkv * d), 2);
   const auto v = test::random_normal(static_cast<std::size_t>(tk * hkv * d), 3);
-  inferkit::Tensor3View<const float> qv(q.data(), tq, hq, d), kv_all(k.data(), tk, hkv, d), vv_all(v.data(), tk, hkv, d);
+  inferkit::Tensor3View<const float> qv(q.data(), tq, hq, d), kv_all(k.data(), tk, hkv, d),
+      vv_all(v.data(), tk, hkv, d);
   inferkit::AttentionOptions opt;
   opt.causal = false;
   std::vector<float> whole(q.size()), lse_whole(static_cast<std::size_t>(tq * hq));
-  inferkit::attention(qv, inferkit::DenseKv<float>(kv_all, vv_all), inferkit::Tensor3View<float>(whole.data(), tq, hq, d),
+  inferkit::attention(qv, inferkit::DenseKv<float>(kv_all, vv_all),
+                      inferkit::Tensor3View<float>(whole.data(), tq, hq, d),
                       inferkit::MatrixView<float>(lse_whole.data(), tq, hq), opt);
   std::vector<float> a(q.size()), b(q.size()), la(lse_whole.size()), lb(lse_whole.size());
   inferkit::attention(qv, inferkit::DenseKv<float>(kv_all.slice0(0, split), vv_all.slice0(0, split)),
-                      inferkit::Tensor3View<float>(a.data(), tq, hq, d), inferkit::MatrixView<float>(la.data(), tq, hq), opt);
-  inferkit::attention(qv, inferkit::DenseKv<float>(kv_all.slice0(split, tk - split), vv_all.slice0(split, tk - split), split),
-                      inferkit::Tensor3View<float>(b.data(), tq, hq, d), inferkit::MatrixView<float>(lb.data(), tq, hq), opt);
+                      inferkit::Tensor3View<float>(a.data(), tq, hq, d), inferkit::MatrixView<float>(la.data(), tq, hq),
+                      opt);
+  inferkit::attention(
+      qv, inferkit::DenseKv<float>(kv_all.slice0(split, tk - split), vv_all.slice0(split, tk - split), split),
+      inferkit::Tensor3View<float>(b.data(), tq, hq, d), inferkit::MatrixView<float>(lb.data(), tq, hq), opt);
   std::vector<float> merged(q.size());
   for (Index r = 0; r < tq * hq; ++r) {
-    const auto row = [&](std::vector<float>& x) { return std::span<float>(x.data() + r * d, static_cast<std::size_t>(d)); };
+    const auto row = [&](std::vector<float>& x) {
+      return std::span<float>(x.data() + r * d, static_cast<std::size_t>(d));
+    };
     const float lse = inferkit::merge_attention_states(row(a), la[r], row(b), lb[r], row(merged));
     CHECK(lse == Approx(lse_whole[r]).margin(1e-5));
   }

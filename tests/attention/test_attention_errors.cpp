@@ -15,10 +15,13 @@ TEST_CASE("attention rejects inconsistent shapes and bad options with named para
   // head_dim mismatch.
   inferkit::Tensor3View<const float> q7(q.data(), 2, 4, 7);
   std::vector<float> o7(2 * 4 * 7);
-  CHECK_THROWS_WITH(inferkit::attention(q7, kv, inferkit::Tensor3View<float>(o7.data(), 2, 4, 7)), Contains("q.dim2() = 7"));
+  CHECK_THROWS_WITH(inferkit::attention(q7, kv, inferkit::Tensor3View<float>(o7.data(), 2, 4, 7)),
+                    Contains("q.dim2() = 7"));
   // Output shape.
-  CHECK_THROWS_WITH(inferkit::attention(qv, kv, inferkit::Tensor3View<float>(out.data(), 1, 4, 8)), Contains("out.dim0() = 1"));
-  CHECK_THROWS_WITH(inferkit::attention(qv, kv, ov, inferkit::MatrixView<float>(lse.data(), 2, 3)), Contains("lse.cols() = 3"));
+  CHECK_THROWS_WITH(inferkit::attention(qv, kv, inferkit::Tensor3View<float>(out.data(), 1, 4, 8)),
+                    Contains("out.dim0() = 1"));
+  CHECK_THROWS_WITH(inferkit::attention(qv, kv, ov, inferkit::MatrixView<float>(lse.data(), 2, 3)),
+                    Contains("lse.cols() = 3"));
   // Keys and values disagree.
   std::vector<float> v4(4 * 2 * 8);
   CHECK_THROWS_WITH((inferkit::DenseKv<float>(kv3, inferkit::Tensor3View<const float>(v4.data(), 4, 2, 8))),
@@ -51,7 +54,8 @@ TEST_CASE("attention rejects inconsistent shapes and bad options with named para
 
 // Regression from tests/fuzz/fuzz_attention_options: the reference read query_positions[i] for
 // every query row without checking its size (past the end when shorter).
-TEST_CASE("the reference rejects query positions that do not match the queries, as attention() does", "[attention][errors]") {
+TEST_CASE("the reference rejects query positions that do not match the queries, as attention() does",
+          "[attention][errors]") {
   std::vector<float> q(2 * 2 * 4, 0.5f), k(3 * 1 * 4, 0.25f), out(q.size());
   const inferkit::Tensor3View<const float> qv(q.data(), 2, 2, 4), kv3(k.data(), 3, 1, 4);
   const inferkit::DenseKv<float> kv(kv3, kv3);
@@ -70,7 +74,8 @@ TEST_CASE("positions that leave the int32 range are rejected", "[attention][erro
   std::vector<float> q(3 * 2 * 4, 0.5f), k(4 * 1 * 4, 0.25f), out(q.size());
   const inferkit::Tensor3View<const float> qv(q.data(), 3, 2, 4), kv4(k.data(), 4, 1, 4);
   const inferkit::Tensor3View<float> ov(out.data(), 3, 2, 4);
-  constexpr std::int32_t kMax = std::numeric_limits<std::int32_t>::max(), kMin = std::numeric_limits<std::int32_t>::min();
+  constexpr std::int32_t kMax = std::numeric_limits<std::int32_t>::max(),
+                         kMin = std::numeric_limits<std::int32_t>::min();
   CHECK_THROWS_WITH((inferkit::DenseKv<float>(kv4, kv4, kMax - 2)), Catch::Contains("first_position = 2147483645"));
   CHECK_NOTHROW(inferkit::attention(qv, inferkit::DenseKv<float>(kv4, kv4, kMax - 3), ov));
   // Keys at kMin .. kMin + 3: three bottom-right aligned queries start at kMin + 1, fine; with
@@ -79,5 +84,6 @@ TEST_CASE("positions that leave the int32 range are rejected", "[attention][erro
   const std::vector<std::int32_t> low{kMin + 3, kMin + 2, kMin, kMin + 1};
   const inferkit::DenseKv<float> kv_low(kv4, kv4, low);
   CHECK_THROWS_WITH(inferkit::attention(qv, kv_low, ov), Catch::Contains("below the int32 position range"));
-  CHECK_THROWS_WITH(inferkit::attention_reference(qv, kv_low, ov, {}), Catch::Contains("below the int32 position range"));
+  CHECK_THROWS_WITH(inferkit::attention_reference(qv, kv_low, ov, {}),
+                    Catch::Contains("below the int32 position range"));
 }

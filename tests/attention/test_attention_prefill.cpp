@@ -89,11 +89,15 @@ TEST_CASE("masks and ALiBi stay exact when positions lie 2^23 or more apart", "[
   const Index tk = 140, hq = 4, hkv = 2, d = 8;
   std::vector<std::int32_t> kpos(static_cast<std::size_t>(tk));
   for (Index j = 0; j < tk; ++j)
-    kpos[j] = j % 3 == 0 ? -2147483600 + static_cast<std::int32_t>(j) : j % 3 == 1 ? static_cast<std::int32_t>(j) : 2147483500 + static_cast<std::int32_t>(j);
-  const std::vector<std::int32_t> all_q = {-4, 0, 5, 60, 139, -2147483590, -2147483500, 2147483600, 2147483647, 20000000, 7, 3};
+    kpos[j] = j % 3 == 0   ? -2147483600 + static_cast<std::int32_t>(j)
+              : j % 3 == 1 ? static_cast<std::int32_t>(j)
+                           : 2147483500 + static_cast<std::int32_t>(j);
+  const std::vector<std::int32_t> all_q = {-4,          0,          5,          60,       139, -2147483590,
+                                           -2147483500, 2147483600, 2147483647, 20000000, 7,   3};
   const auto k = test::random_normal(static_cast<std::size_t>(tk * hkv * d), 5), v = test::random_normal(k.size(), 6);
   const std::vector<float> tiny_slopes = {1e-9f, 2e-9f, 4e-9f, 1e-8f};
-  inferkit::DenseKv<float> kv(inferkit::Tensor3View<const float>(k.data(), tk, hkv, d), inferkit::Tensor3View<const float>(v.data(), tk, hkv, d),
+  inferkit::DenseKv<float> kv(inferkit::Tensor3View<const float>(k.data(), tk, hkv, d),
+                              inferkit::Tensor3View<const float>(v.data(), tk, hkv, d),
                               std::span<const std::int32_t>(kpos));
   for (Index tq : {Index{1}, Index{3}, Index{12}})
     for (int variant = 0; variant < 8; ++variant) {
@@ -110,8 +114,10 @@ TEST_CASE("masks and ALiBi stay exact when positions lie 2^23 or more apart", "[
       const auto q = test::random_normal(static_cast<std::size_t>(tq * hq * d), 7 + static_cast<std::uint32_t>(tq));
       std::vector<float> out(q.size()), ref(q.size()), lse(static_cast<std::size_t>(tq * hq)), ref_lse(lse.size());
       const inferkit::Tensor3View<const float> qv(q.data(), tq, hq, d);
-      inferkit::attention(qv, kv, inferkit::Tensor3View<float>(out.data(), tq, hq, d), inferkit::MatrixView<float>(lse.data(), tq, hq), opt);
-      inferkit::attention_reference(qv, kv, inferkit::Tensor3View<float>(ref.data(), tq, hq, d), inferkit::MatrixView<float>(ref_lse.data(), tq, hq), opt);
+      inferkit::attention(qv, kv, inferkit::Tensor3View<float>(out.data(), tq, hq, d),
+                          inferkit::MatrixView<float>(lse.data(), tq, hq), opt);
+      inferkit::attention_reference(qv, kv, inferkit::Tensor3View<float>(ref.data(), tq, hq, d),
+                                    inferkit::MatrixView<float>(ref_lse.data(), tq, hq), opt);
       CHECK(test::max_abs_diff(out, ref) <= 2e-5);
       CHECK(test::max_abs_diff(lse, ref_lse) <= 1e-4);
     }

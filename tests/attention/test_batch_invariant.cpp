@@ -18,16 +18,16 @@ struct Prompt {
   Index t;
   std::vector<float> q, k, v;
   explicit Prompt(Index tokens, std::uint32_t seed)
-      : t(tokens), q(test::random_normal(static_cast<std::size_t>(t * kHq * kD), seed)),
+      : t(tokens),
+        q(test::random_normal(static_cast<std::size_t>(t * kHq * kD), seed)),
         k(test::random_normal(static_cast<std::size_t>(t * kHkv * kD), seed + 1)),
         v(test::random_normal(static_cast<std::size_t>(t * kHkv * kD), seed + 2)) {}
-  inferkit::DenseKv<float> dense(Index n) const {
-    return {{k.data(), n, kHkv, kD}, {v.data(), n, kHkv, kD}};
-  }
+  inferkit::DenseKv<float> dense(Index n) const { return {{k.data(), n, kHkv, kD}, {v.data(), n, kHkv, kD}}; }
   /// Appends tokens [from, to) to a table.
   void append(inferkit::BlockTable<float>& table, Index from, Index to) const {
     REQUIRE(table.reserve(to - from));
-    table.write(0, {k.data() + from * kHkv * kD, to - from, kHkv, kD}, {v.data() + from * kHkv * kD, to - from, kHkv, kD});
+    table.write(0, {k.data() + from * kHkv * kD, to - from, kHkv, kD},
+                {v.data() + from * kHkv * kD, to - from, kHkv, kD});
     table.commit(to - from);
   }
 };
@@ -75,8 +75,8 @@ test::Result run_in_batch(const Prompt& pr, Index a, Index b, const Source& prob
     opt.query_positions = pos;
   }
   std::vector<float> out(q.size()), lse(static_cast<std::size_t>(total * kHq));
-  inferkit::attention_batch({q.data(), total, kHq, kD}, cu, sources, {out.data(), total, kHq, kD}, {lse.data(), total, kHq},
-                            opt);
+  inferkit::attention_batch({q.data(), total, kHq, kD}, cu, sources, {out.data(), total, kHq, kD},
+                            {lse.data(), total, kHq}, opt);
   return {std::vector<float>(out.begin() + cu[slot] * kHq * kD, out.begin() + cu[slot + 1] * kHq * kD),
           std::vector<float>(lse.begin() + cu[slot] * kHq, lse.begin() + cu[slot + 1] * kHq)};
 }
@@ -119,7 +119,8 @@ std::vector<Variant> variants() {
 
 }  // namespace
 
-TEST_CASE("batch-invariant rows are bitwise equal across chunkings, batch mixes, paths and threads", "[attention][invariant]") {
+TEST_CASE("batch-invariant rows are bitwise equal across chunkings, batch mixes, paths and threads",
+          "[attention][invariant]") {
   const Prompt pr(520, 31);
   const Noise noise(5);
   for (const Variant& var : variants()) {
@@ -141,8 +142,8 @@ TEST_CASE("batch-invariant rows are bitwise equal across chunkings, batch mixes,
       INFO("chunks of " << chunk);
       const Index page = chunk == 7 ? 5 : 16;
       inferkit::BlockPool<float> pool({1, kHkv, kD, page, 400});
-      inferkit::BlockTable<float> grown(pool);   // the prompt's cache as chunked prefill fills it
-      inferkit::BlockTable<float> full(pool);    // the whole prompt cached (queries at explicit positions)
+      inferkit::BlockTable<float> grown(pool);  // the prompt's cache as chunked prefill fills it
+      inferkit::BlockTable<float> full(pool);   // the whole prompt cached (queries at explicit positions)
       pr.append(full, 0, pr.t);
       for (Index a = 0; a < pr.t; a += chunk) {
         const Index b = std::min(pr.t, a + chunk);
@@ -171,7 +172,8 @@ TEST_CASE("batch-invariant bits do not depend on the source's page size or the e
   for (const bool decode : {false, true}) {
     const Index tq = decode ? 3 : 40, q0 = pr.t - tq;
     const inferkit::Tensor3View<const float> qv(pr.q.data() + q0 * kHq * kD, tq, kHq, kD);
-    test::Result dense{std::vector<float>(static_cast<std::size_t>(tq * kHq * kD)), std::vector<float>(static_cast<std::size_t>(tq * kHq))};
+    test::Result dense{std::vector<float>(static_cast<std::size_t>(tq * kHq * kD)),
+                       std::vector<float>(static_cast<std::size_t>(tq * kHq))};
     inferkit::attention(qv, pr.dense(pr.t), {dense.out.data(), tq, kHq, kD}, {dense.lse.data(), tq, kHq}, opt);
     for (Index page : {1, 5, 16, 64, 100}) {
       INFO("page " << page << (decode ? " decode" : " prefill"));
@@ -183,8 +185,10 @@ TEST_CASE("batch-invariant bits do not depend on the source's page size or the e
       check_rows(dense, 0, paged);
     }
     // attention_varlen over the same K/V in a packed batch with another sequence.
-    const std::vector<std::int32_t> cu_q{0, 2, 2 + static_cast<std::int32_t>(tq)}, cu_k{0, 5, 5 + static_cast<std::int32_t>(pr.t)};
-    std::vector<float> q2(static_cast<std::size_t>((2 + tq) * kHq * kD)), k2(static_cast<std::size_t>((5 + pr.t) * kHkv * kD)), v2(k2.size());
+    const std::vector<std::int32_t> cu_q{0, 2, 2 + static_cast<std::int32_t>(tq)},
+        cu_k{0, 5, 5 + static_cast<std::int32_t>(pr.t)};
+    std::vector<float> q2(static_cast<std::size_t>((2 + tq) * kHq * kD)),
+        k2(static_cast<std::size_t>((5 + pr.t) * kHkv * kD)), v2(k2.size());
     std::copy(qv.data(), qv.data() + tq * kHq * kD, q2.begin() + 2 * kHq * kD);
     std::copy(pr.k.begin(), pr.k.end(), k2.begin() + 5 * kHkv * kD);
     std::copy(pr.v.begin(), pr.v.end(), v2.begin() + 5 * kHkv * kD);
@@ -192,7 +196,9 @@ TEST_CASE("batch-invariant bits do not depend on the source's page size or the e
     inferkit::attention_varlen<float>({q2.data(), 2 + tq, kHq, kD}, cu_q, {k2.data(), 5 + pr.t, kHkv, kD},
                                       {v2.data(), 5 + pr.t, kHkv, kD}, cu_k, {o2.data(), 2 + tq, kHq, kD},
                                       {l2.data(), 2 + tq, kHq}, opt);
-    check_rows(dense, 0, {std::vector<float>(o2.begin() + 2 * kHq * kD, o2.end()), std::vector<float>(l2.begin() + 2 * kHq, l2.end())});
+    check_rows(
+        dense, 0,
+        {std::vector<float>(o2.begin() + 2 * kHq * kD, o2.end()), std::vector<float>(l2.begin() + 2 * kHq, l2.end())});
   }
 }
 
@@ -202,8 +208,10 @@ TEST_CASE("batch-invariant mode checks its split size", "[attention][invariant][
   AttentionOptions opt;
   opt.batch_invariant = true;
   opt.kv_split_tokens = 100;
-  CHECK_THROWS_WITH(inferkit::attention({pr.q.data(), pr.t, kHq, kD}, pr.dense(pr.t), {out.data(), pr.t, kHq, kD}, {}, opt),
-                    Catch::Contains("kv_split_tokens = 100"));
+  CHECK_THROWS_WITH(
+      inferkit::attention({pr.q.data(), pr.t, kHq, kD}, pr.dense(pr.t), {out.data(), pr.t, kHq, kD}, {}, opt),
+      Catch::Contains("kv_split_tokens = 100"));
   opt.kv_split_tokens = 192;
-  CHECK_NOTHROW(inferkit::attention({pr.q.data(), pr.t, kHq, kD}, pr.dense(pr.t), {out.data(), pr.t, kHq, kD}, {}, opt));
+  CHECK_NOTHROW(
+      inferkit::attention({pr.q.data(), pr.t, kHq, kD}, pr.dense(pr.t), {out.data(), pr.t, kHq, kD}, {}, opt));
 }

@@ -27,11 +27,11 @@ namespace {
 
 struct Problem {
   Index tq, tk, hq, hkv, d;
-  std::vector<float> q, kd, vd;                  // query; dequantized keys / values [t][h][d]
-  std::vector<float> vstep, vzero;               // per-token value params [h][t][group], when quantized
+  std::vector<float> q, kd, vd;     // query; dequantized keys / values [t][h][d]
+  std::vector<float> vstep, vzero;  // per-token value params [h][t][group], when quantized
   Index vgroup = 0;
-  int vbits = 0;                                 // 8 / 4: the integer p.v bound applies; 16: bf16 p
-  Index vquantized = 0;                          // tokens of each head whose values are quantized
+  int vbits = 0;         // 8 / 4: the integer p.v bound applies; 16: bf16 p
+  Index vquantized = 0;  // tokens of each head whose values are quantized
 };
 
 // Output of one query row (t, h) in fp64, with the probabilities, for a query row qr (scaled).
@@ -55,7 +55,8 @@ void reference_row(const Problem& P, Index t, Index h, const std::vector<double>
 }
 
 // The query rounding as docs/design.md specifies it (fp32 scale and division, RNE).
-std::vector<double> rounded_query(const float* q, Index d, float scale, int kind, Index group, std::vector<double>& err) {
+std::vector<double> rounded_query(const float* q, Index d, float scale, int kind, Index group,
+                                  std::vector<double>& err) {
   std::vector<double> out(static_cast<std::size_t>(d));
   err.assign(static_cast<std::size_t>(d), 0.0);
   for (Index i = 0; i < d; ++i) out[i] = q[i] * scale;
@@ -175,7 +176,8 @@ void read_value_params(const inferkit::QuantizedKvCache& c, Problem& P) {
         std::memcpy(&m, view.params + 4 * (t * groups + g) + 2, 2);
         const float step = inferkit::to_float(inferkit::Float16{s});
         P.vstep[(h * P.tk + t) * groups + g] = step;
-        P.vzero[(h * P.tk + t) * groups + g] = spec.symmetric ? -float(1 << (spec.bits - 1)) * step : inferkit::to_float(inferkit::Float16{m});
+        P.vzero[(h * P.tk + t) * groups + g] =
+            spec.symmetric ? -float(1 << (spec.bits - 1)) * step : inferkit::to_float(inferkit::Float16{m});
       }
   }
 }
@@ -214,15 +216,19 @@ void check_source(const Problem& P, const Source& src, int key_kind, Index key_g
   check_bounds(P, fast, key_kind, key_group);
   CHECK(fast == run(P, src, inferkit::AttentionArithmetic::kReduced, 1));  // thread count independent
   const auto exact = run(P, src, inferkit::AttentionArithmetic::kExact, 2);
-  if (rounds) CHECK(test::max_abs_diff(fast, exact) > 0);  // the mode did round something
-  else CHECK(fast == exact);
+  if (rounds)
+    CHECK(test::max_abs_diff(fast, exact) > 0);  // the mode did round something
+  else
+    CHECK(fast == exact);
 }
 
 }  // namespace
 
 TEST_CASE("reduced arithmetic over quantized caches stays within its stated bounds", "[attention][reduced]") {
   using inferkit::AttentionArithmetic;
-  struct Shape { Index tq, tk, hq, hkv, d; };
+  struct Shape {
+    Index tq, tk, hq, hkv, d;
+  };
   // d 128: the VNNI kernels; d 64: integer p.v, 4-bit keys through the float kernel; d 8 (the
   // stories260K head): the rounded query through the float kernel. Tk not a multiple of 64.
   const Shape shapes[] = {{1, 530, 8, 2, 128}, {3, 300, 8, 2, 64}, {2, 200, 8, 2, 8}, {1, 300, 32, 2, 128}};

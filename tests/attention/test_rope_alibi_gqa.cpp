@@ -74,8 +74,8 @@ TEST_CASE("GQA maps query heads to KV heads and rejects uneven groups", "[attent
   CHECK(gqa.kv_head(4) == 1);
   CHECK(gqa.kv_head(31) == 7);
   CHECK(gqa.first_q_head(2) == 8);
-  CHECK(inferkit::HeadGroups(8, 1).kv_head(7) == 0);   // MQA
-  CHECK(inferkit::HeadGroups(8, 8).kv_head(5) == 5);   // MHA
+  CHECK(inferkit::HeadGroups(8, 1).kv_head(7) == 0);  // MQA
+  CHECK(inferkit::HeadGroups(8, 8).kv_head(5) == 5);  // MHA
   CHECK_THROWS_WITH(inferkit::HeadGroups(6, 4), Catch::Contains("num_q_heads = 6") && Catch::Contains("multiple"));
 }
 
@@ -115,7 +115,8 @@ TEST_CASE("a per-head [heads, tokens, dim] cache layout works through strides", 
   inferkit::Tensor3View<const float> qv(q.data(), tq, hq, d);
   inferkit::attention(qv, inferkit::DenseKv<float>({k.data(), tk, hkv, d}, {v.data(), tk, hkv, d}),
                       inferkit::Tensor3View<float>(a.data(), tq, hq, d));
-  inferkit::attention(qv, inferkit::DenseKv<float>({kh.data(), tk, hkv, d, d, tk * d}, {vh.data(), tk, hkv, d, d, tk * d}),
+  inferkit::attention(qv,
+                      inferkit::DenseKv<float>({kh.data(), tk, hkv, d, d, tk * d}, {vh.data(), tk, hkv, d, d, tk * d}),
                       inferkit::Tensor3View<float>(b.data(), tq, hq, d));
   CHECK(a == b);
 }

@@ -23,8 +23,9 @@ void check_varlen(const std::vector<std::int32_t>& qlens, const std::vector<std:
     INFO("sequence " << b << ": Tq = " << qlens[b] << ", Tk = " << klens[b]);
     const Index nq = qlens[b], nk = klens[b];
     std::vector<float> ro(static_cast<std::size_t>(nq * hq * d)), rl(static_cast<std::size_t>(nq * hq));
-    inferkit::attention_reference(qv.slice0(cu_q[b], nq), inferkit::DenseKv<float>(kv.slice0(cu_k[b], nk), vv.slice0(cu_k[b], nk)),
-                                  inferkit::Tensor3View<float>(ro.data(), nq, hq, d), inferkit::MatrixView<float>(rl.data(), nq, hq), opt);
+    inferkit::attention_reference(
+        qv.slice0(cu_q[b], nq), inferkit::DenseKv<float>(kv.slice0(cu_k[b], nk), vv.slice0(cu_k[b], nk)),
+        inferkit::Tensor3View<float>(ro.data(), nq, hq, d), inferkit::MatrixView<float>(rl.data(), nq, hq), opt);
     const std::vector<float> go(out.begin() + cu_q[b] * hq * d, out.begin() + cu_q[b + 1] * hq * d);
     const std::vector<float> gl(lse.begin() + cu_q[b] * hq, lse.begin() + cu_q[b + 1] * hq);
     CHECK(test::max_abs_diff(go, ro) < 2e-5);
@@ -54,7 +55,8 @@ TEST_CASE("varlen with 16-bit keys and values", "[attention][varlen]") {
   std::vector<float> out(q.size()), ref(q.size());
   inferkit::Tensor3View<const float> qv(q.data(), 11, hq, d);
   inferkit::Tensor3View<const inferkit::BFloat16> kv(k.data(), 40, hkv, d), vv(v.data(), 40, hkv, d);
-  inferkit::attention_varlen<inferkit::BFloat16>(qv, cu_q, kv, vv, cu_k, inferkit::Tensor3View<float>(out.data(), 11, hq, d));
+  inferkit::attention_varlen<inferkit::BFloat16>(qv, cu_q, kv, vv, cu_k,
+                                                 inferkit::Tensor3View<float>(out.data(), 11, hq, d));
   for (int b = 0; b < 2; ++b) {
     const Index nq = cu_q[b + 1] - cu_q[b], nk = cu_k[b + 1] - cu_k[b];
     inferkit::attention_reference(qv.slice0(cu_q[b], nq),
@@ -70,8 +72,10 @@ TEST_CASE("varlen rejects inconsistent offsets", "[attention][varlen][errors]") 
   inferkit::Tensor3View<float> ov(out.data(), 4, 2, 8);
   const std::vector<std::int32_t> good_q{0, 4}, good_k{0, 6}, bad_q{0, 5}, dec_k{0, 7, 6}, short_k{0};
   CHECK_NOTHROW(inferkit::attention_varlen<float>(qv, good_q, kv, kv, good_k, ov));
-  CHECK_THROWS_WITH(inferkit::attention_varlen<float>(qv, bad_q, kv, kv, good_k, ov), Catch::Contains("cu_q.back() = 5"));
+  CHECK_THROWS_WITH(inferkit::attention_varlen<float>(qv, bad_q, kv, kv, good_k, ov),
+                    Catch::Contains("cu_q.back() = 5"));
   CHECK_THROWS_WITH(inferkit::attention_varlen<float>(qv, std::vector<std::int32_t>{0, 2, 4}, kv, kv, dec_k, ov),
                     Catch::Contains("cu_k[2] = 6"));
-  CHECK_THROWS_WITH(inferkit::attention_varlen<float>(qv, good_q, kv, kv, short_k, ov), Catch::Contains("cu_k.size() = 1"));
+  CHECK_THROWS_WITH(inferkit::attention_varlen<float>(qv, good_q, kv, kv, short_k, ov),
+                    Catch::Contains("cu_k.size() = 1"));
 }

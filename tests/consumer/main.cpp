@@ -31,7 +31,8 @@ int main() {
   std::vector<float> logits{0.1f, 2.0f, -1.0f, 2.0f};
   const std::vector<inferkit::TokenId> history{3};
   auto greedy = logits;
-  const auto g = inferkit::SamplerChain::inferkit_default({.temperature = 0.0f}).sample(greedy, {}, inferkit::CounterRng(1), 0);
+  const auto g =
+      inferkit::SamplerChain::inferkit_default({.temperature = 0.0f}).sample(greedy, {}, inferkit::CounterRng(1), 0);
   ok = ok && g == 1;
   const auto chain = inferkit::SamplerChain::inferkit_default({.temperature = 0.8f, .top_k = 40, .top_p = 0.95f});
   auto l1 = logits, l2 = logits;
@@ -39,7 +40,7 @@ int main() {
   const auto t2 = chain.sample(l2, history, inferkit::CounterRng(42), 7);
   ok = ok && t1 == t2 && t1 >= 0 && t1 < 4;
 
-  std::printf("inferkit %s consumer: merge {%g, %g}, attention %g, greedy %d, sampled %d -> %s\n", inferkit::kVersionString,
-              merged[0], merged[1], out[0], g, t1, ok ? "ok" : "WRONG");
+  std::printf("inferkit %s consumer: merge {%g, %g}, attention %g, greedy %d, sampled %d -> %s\n",
+              inferkit::kVersionString, merged[0], merged[1], out[0], g, t1, ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }

@@ -17,10 +17,18 @@ std::vector<float> interesting_floats(std::size_t n) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) {
     switch (i % 4) {
-      case 0: v[i] = std::bit_cast<float>(static_cast<std::uint32_t>(rng())); break;  // incl. NaN/Inf
-      case 1: v[i] = std::ldexp(float(rng() % 4096) / 4096.0f, int(rng() % 40) - 30); break;
-      case 2: v[i] = std::normal_distribution<float>(0, 3)(rng); break;
-      default: v[i] = float(int(rng() % 200001) - 100000); break;
+      case 0:
+        v[i] = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
+        break;  // incl. NaN/Inf
+      case 1:
+        v[i] = std::ldexp(float(rng() % 4096) / 4096.0f, int(rng() % 40) - 30);
+        break;
+      case 2:
+        v[i] = std::normal_distribution<float>(0, 3)(rng);
+        break;
+      default:
+        v[i] = float(int(rng() % 200001) - 100000);
+        break;
     }
   }
   return v;

@@ -31,6 +31,5 @@ TEST_CASE("require_finite rejects NaN and infinities", "[core][error]") {
   CHECK_NOTHROW(inferkit::require_finite(1.0f, "scale"));
   CHECK_THROWS_WITH(inferkit::require_finite(std::numeric_limits<float>::quiet_NaN(), "scale"),
                     Contains("scale = nan"));
-  CHECK_THROWS_AS(inferkit::require_finite(-std::numeric_limits<double>::infinity(), "scale"),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(inferkit::require_finite(-std::numeric_limits<double>::infinity(), "scale"), std::invalid_argument);
 }

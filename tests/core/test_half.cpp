@@ -27,9 +27,7 @@ struct Format16 {
     if (e == 0) return sign * std::ldexp(m, 1 - bias - man_bits);
     return sign * std::ldexp((1 << man_bits) + m, e - bias - man_bits);
   }
-  std::uint16_t max_finite() const {
-    return static_cast<std::uint16_t>(((((1 << exp_bits) - 1) << man_bits) - 1));
-  }
+  std::uint16_t max_finite() const { return static_cast<std::uint16_t>(((((1 << exp_bits) - 1) << man_bits) - 1)); }
   // Nearest even rounding of |x| among finite values; the infinity pattern past max + ulp/2.
   std::uint16_t round(double x) const {
     const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
@@ -40,7 +38,10 @@ struct Format16 {
     std::uint16_t lo = 0, hi = top;  // largest bits with decode(bits) <= a
     while (lo < hi) {
       const std::uint16_t mid = static_cast<std::uint16_t>((lo + hi + 1) / 2);
-      if (decode(mid) <= a) lo = mid; else hi = mid - 1;
+      if (decode(mid) <= a)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     if (lo == top) return sign | lo;
     const double d_lo = a - decode(lo), d_hi = decode(lo + 1) - a;

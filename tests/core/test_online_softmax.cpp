@@ -46,8 +46,10 @@ TEST_CASE("online softmax over a split equals the direct softmax", "[core][onlin
     SoftmaxStats a, b;
     std::vector<float> acc_a(d, 0.0f), acc_b(d, 0.0f), out(d);
     for (std::size_t j = 0; j < n; ++j) {
-      if (j < split) inferkit::online_softmax_add(a, acc_a, s[j], v[j]);
-      else inferkit::online_softmax_add(b, acc_b, s[j], v[j]);
+      if (j < split)
+        inferkit::online_softmax_add(a, acc_a, s[j], v[j]);
+      else
+        inferkit::online_softmax_add(b, acc_b, s[j], v[j]);
     }
     inferkit::online_softmax_merge(a, acc_a, b, acc_b);
     const float lse = inferkit::online_softmax_finish(a, acc_a, out);
@@ -113,9 +115,10 @@ TEST_CASE("merge_attention_states over whole tensors merges every row by its LSE
     }
   using inferkit::MatrixView;
   using inferkit::Tensor3View;
-  inferkit::merge_attention_states(Tensor3View<const float>(a.data(), T, H, D), MatrixView<const float>(la.data(), T, H),
-                                   Tensor3View<const float>(b.data(), T, H, D), MatrixView<const float>(lb.data(), T, H),
-                                   Tensor3View<float>(out.data(), T, H, D), MatrixView<float>(lo.data(), T, H));
+  inferkit::merge_attention_states(
+      Tensor3View<const float>(a.data(), T, H, D), MatrixView<const float>(la.data(), T, H),
+      Tensor3View<const float>(b.data(), T, H, D), MatrixView<const float>(lb.data(), T, H),
+      Tensor3View<float>(out.data(), T, H, D), MatrixView<float>(lo.data(), T, H));
   for (inferkit::Index t = 0; t < T; ++t)
     for (inferkit::Index h = 0; h < H; ++h) {
       const double wa = std::exp(double(la[t * H + h])), wb = h == 1 ? 0.0 : std::exp(double(lb[t * H + h]));
@@ -125,11 +128,10 @@ TEST_CASE("merge_attention_states over whole tensors merges every row by its LSE
         CHECK(out[(t * H + h) * D + k] == Approx((wa * x - wb * x) / (wa + wb)).margin(1e-6));
       }
     }
-  CHECK_THROWS_WITH(inferkit::merge_attention_states(Tensor3View<const float>(a.data(), T, H, D),
-                                                     MatrixView<const float>(la.data(), T, H - 1),
-                                                     Tensor3View<const float>(b.data(), T, H, D),
-                                                     MatrixView<const float>(lb.data(), T, H),
-                                                     Tensor3View<float>(out.data(), T, H, D)),
+  CHECK_THROWS_WITH(inferkit::merge_attention_states(
+                        Tensor3View<const float>(a.data(), T, H, D), MatrixView<const float>(la.data(), T, H - 1),
+                        Tensor3View<const float>(b.data(), T, H, D), MatrixView<const float>(lb.data(), T, H),
+                        Tensor3View<float>(out.data(), T, H, D)),
                     Catch::Contains("lse_a.cols() = 2"));
 }
 
@@ -170,7 +172,8 @@ TEST_CASE("merge_attention_states over n partials equals the fp64 softmax of the
       lv.emplace_back(l[i].data(), 1, 2);
     }
     std::vector<float> out(2 * D, -7.0f), lse(2, -7.0f);
-    inferkit::merge_attention_states(ov, lv, Tensor3View<float>(out.data(), 1, 2, D), MatrixView<float>(lse.data(), 1, 2));
+    inferkit::merge_attention_states(ov, lv, Tensor3View<float>(out.data(), 1, 2, D),
+                                     MatrixView<float>(lse.data(), 1, 2));
     for (int h = 0; h < 2; ++h) {
       INFO("n = " << n << ", head " << h);
       if (scores[h].empty()) {
@@ -190,9 +193,11 @@ TEST_CASE("merge_attention_states over n partials equals the fp64 softmax of the
   const std::vector<MatrixView<const float>> ls{lv, lv1};
   CHECK_THROWS_WITH(inferkit::merge_attention_states(os, ls, Tensor3View<float>(out.data(), 1, 2, 4)),
                     Catch::Contains("lse[1].rows() = 1"));
-  CHECK_THROWS_WITH(inferkit::merge_attention_states(os, std::span(ls).first(1), Tensor3View<float>(out.data(), 1, 2, 4)),
-                    Catch::Contains("lse.size() = 1"));
+  CHECK_THROWS_WITH(
+      inferkit::merge_attention_states(os, std::span(ls).first(1), Tensor3View<float>(out.data(), 1, 2, 4)),
+      Catch::Contains("lse.size() = 1"));
   la[0] = NAN;
-  CHECK_THROWS_WITH(inferkit::merge_attention_states(std::span(os).first(1), std::span(ls).first(1), Tensor3View<float>(out.data(), 1, 2, 4)),
+  CHECK_THROWS_WITH(inferkit::merge_attention_states(std::span(os).first(1), std::span(ls).first(1),
+                                                     Tensor3View<float>(out.data(), 1, 2, 4)),
                     Catch::Contains("lse = nan"));
 }

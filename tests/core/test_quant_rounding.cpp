@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
-#include "inferkit/core/quant_rounding.hpp"
 #include "../quant/quant_test_util.hpp"
+#include "inferkit/core/quant_rounding.hpp"
 
 TEST_CASE("binary16 outward rounding matches a search over all bit patterns", "[core][quant]") {
   for (float x : {0.0f, 1e-9f, 5.96e-8f, 6e-8f, 1e-5f, 0.1f, 0.333333f, 1.0f, 3.14159f, 1000.0f, 65000.0f, 65504.0f}) {

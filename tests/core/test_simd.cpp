@@ -168,8 +168,13 @@ TEST_CASE("haddp puts the sum of row i in lane i", "[core][simd]") {
 
 TEST_CASE("exp_nonpositive gives exp's bits on every non-positive input", "[core][simd]") {
   std::vector<float> x = random_floats(4096, 11, -120.0f, 0.0f);
-  const float edges[] = {0.0f, -0.0f, -87.3365447f, std::nextafter(-87.3365447f, 0.0f),
-                         std::nextafter(-87.3365447f, -1.0f), -1e-30f, -std::numeric_limits<float>::infinity()};
+  const float edges[] = {0.0f,
+                         -0.0f,
+                         -87.3365447f,
+                         std::nextafter(-87.3365447f, 0.0f),
+                         std::nextafter(-87.3365447f, -1.0f),
+                         -1e-30f,
+                         -std::numeric_limits<float>::infinity()};
   x.insert(x.end(), std::begin(edges), std::end(edges));
   while (x.size() % simd::kWidth) x.push_back(-1.0f);
   for (std::size_t i = 0; i < x.size(); i += simd::kWidth) {

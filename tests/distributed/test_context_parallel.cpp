@@ -25,10 +25,14 @@ enum class Store { kF32, kBF16, kInt8, kPaged };
 
 const char* name(Store s) {
   switch (s) {
-    case Store::kF32: return "f32";
-    case Store::kBF16: return "bf16";
-    case Store::kInt8: return "int8";
-    case Store::kPaged: return "paged";
+    case Store::kF32:
+      return "f32";
+    case Store::kBF16:
+      return "bf16";
+    case Store::kInt8:
+      return "int8";
+    case Store::kPaged:
+      return "paged";
   }
   return "?";
 }
@@ -40,10 +44,14 @@ std::vector<KvShard> uneven_shards(Index tk, int n, int empty_rank = -1) {
   std::vector<Index> at;
   for (int r = 0; r < n; ++r) at.push_back(static_cast<Index>(cuts[r] * static_cast<double>(tk)));
   at.push_back(tk);
-  if (empty_rank >= 0 && empty_rank + 1 < n) at[static_cast<std::size_t>(empty_rank) + 1] = at[static_cast<std::size_t>(empty_rank)];
-  else if (empty_rank >= 0) at[static_cast<std::size_t>(empty_rank)] = tk;
+  if (empty_rank >= 0 && empty_rank + 1 < n)
+    at[static_cast<std::size_t>(empty_rank) + 1] = at[static_cast<std::size_t>(empty_rank)];
+  else if (empty_rank >= 0)
+    at[static_cast<std::size_t>(empty_rank)] = tk;
   std::vector<KvShard> s;
-  for (int r = 0; r < n; ++r) s.push_back({at[static_cast<std::size_t>(r)], at[static_cast<std::size_t>(r) + 1] - at[static_cast<std::size_t>(r)]});
+  for (int r = 0; r < n; ++r)
+    s.push_back(
+        {at[static_cast<std::size_t>(r)], at[static_cast<std::size_t>(r) + 1] - at[static_cast<std::size_t>(r)]});
   return s;
 }
 
@@ -68,7 +76,8 @@ void with_source(Store store, const Case& c, const Data& data, Index first, Inde
   const auto k = data.keys(c, first, n), v = data.values(c, first, n);
   const auto pos = static_cast<std::int32_t>(first);
   switch (store) {
-    case Store::kF32: return f(inferkit::DenseKv<float>(k, v, pos));
+    case Store::kF32:
+      return f(inferkit::DenseKv<float>(k, v, pos));
     case Store::kBF16: {
       std::vector<float> kf(k.data(), k.data() + n * c.hkv * c.d), vf(v.data(), v.data() + n * c.hkv * c.d);
       const auto kb = test::to_storage<inferkit::BFloat16>(kf), vb = test::to_storage<inferkit::BFloat16>(vf);
@@ -105,11 +114,13 @@ Outcome run(const Case& c, Store store, const std::vector<KvShard>& shards, bool
   const inferkit::Tensor3View<const float> q(data.q.data(), c.tq, c.hq, c.d);
   Outcome o;
   const auto fresh = [&] {
-    return test::Result{std::vector<float>(data.q.size(), -7.0f), std::vector<float>(static_cast<std::size_t>(c.tq * c.hq), -7.0f)};
+    return test::Result{std::vector<float>(data.q.size(), -7.0f),
+                        std::vector<float>(static_cast<std::size_t>(c.tq * c.hq), -7.0f)};
   };
   o.cp = o.single = o.reference = fresh();
   const auto views = [&](test::Result& r) {
-    return std::pair{inferkit::Tensor3View<float>(r.out.data(), c.tq, c.hq, c.d), inferkit::MatrixView<float>(r.lse.data(), c.tq, c.hq)};
+    return std::pair{inferkit::Tensor3View<float>(r.out.data(), c.tq, c.hq, c.d),
+                     inferkit::MatrixView<float>(r.lse.data(), c.tq, c.hq)};
   };
   with_source(store, c, data, mine.first, mine.tokens, [&](const auto& src) {
     auto [ov, lv] = views(o.cp);
@@ -146,7 +157,10 @@ TEST_CASE("context-parallel decode over uneven shards matches single-process att
   const int n = test::world_size();
   const int heads[][2] = {{4, 4}, {8, 2}, {6, 1}};
   for (int trial = 0; trial < 12; ++trial) {
-    Case c{.tq = 1 + trial % 8, .tk = 300 + 97 * trial, .hq = heads[trial % 3][0], .hkv = heads[trial % 3][1],
+    Case c{.tq = 1 + trial % 8,
+           .tk = 300 + 97 * trial,
+           .hq = heads[trial % 3][0],
+           .hkv = heads[trial % 3][1],
            .d = trial % 2 ? 64 : 24};
     c.opt.causal = trial % 4 != 3;
     c.opt.window = trial % 3 == 1 ? 150 : 0;
@@ -204,7 +218,8 @@ TEST_CASE("context-parallel attention over bf16, int8-quantized and paged shards
   }
 }
 
-TEST_CASE("context-parallel decode is bitwise equal to split-KV decode when shards are splits", "[distributed][context]") {
+TEST_CASE("context-parallel decode is bitwise equal to split-KV decode when shards are splits",
+          "[distributed][context]") {
   const int n = test::world_size();
   // Explicit split size S: rank r holds [r S, (r + 1) S), the last shards shorter or empty.
   for (Index split : {128, 512}) {
@@ -257,10 +272,13 @@ TEST_CASE("context-parallel argument errors throw on every rank", "[distributed]
     inferkit::context_parallel_attention(MPI_COMM_WORLD, q, kv, inferkit::Tensor3View<float>(out.data(), 2, heads, 8),
                                          inferkit::MatrixView<float>(lse.data(), 2, 4));
   };
-  if (rank == 1) CHECK_THROWS_WITH(bad(), Catch::Contains("out") && Catch::Contains("3"));
-  else CHECK_THROWS_WITH(bad(), Catch::Contains("rank = 1 is invalid") && Catch::Contains("context_parallel_attention"));
+  if (rank == 1)
+    CHECK_THROWS_WITH(bad(), Catch::Contains("out") && Catch::Contains("3"));
+  else
+    CHECK_THROWS_WITH(bad(), Catch::Contains("rank = 1 is invalid") && Catch::Contains("context_parallel_attention"));
   // Nothing was left pending: a valid call still works.
-  CHECK_NOTHROW(inferkit::context_parallel_attention(MPI_COMM_WORLD, q, kv, inferkit::Tensor3View<float>(out.data(), 2, 4, 8)));
+  CHECK_NOTHROW(
+      inferkit::context_parallel_attention(MPI_COMM_WORLD, q, kv, inferkit::Tensor3View<float>(out.data(), 2, 4, 8)));
 }
 
 TEST_CASE("broadcast_queries sends root's rows to every rank", "[distributed][context]") {
@@ -274,7 +292,9 @@ TEST_CASE("broadcast_queries sends root's rows to every rank", "[distributed][co
     for (Index t = 0; t < 3; ++t)
       for (Index h = 0; h < 4; ++h)
         for (Index k = 0; k < 5; ++k)
-          CHECK(buf[static_cast<std::size_t>(t * 20 + h * 5 + k)] == (h < 3 ? want[static_cast<std::size_t>(t * 20 + h * 5 + k)] : (rank == root ? want[static_cast<std::size_t>(t * 20 + h * 5 + k)] : 0.0f)));
+          CHECK(buf[static_cast<std::size_t>(t * 20 + h * 5 + k)] ==
+                (h < 3 ? want[static_cast<std::size_t>(t * 20 + h * 5 + k)]
+                       : (rank == root ? want[static_cast<std::size_t>(t * 20 + h * 5 + k)] : 0.0f)));
   }
   std::vector<float> buf(8);
   CHECK_THROWS_WITH(inferkit::broadcast_queries(MPI_COMM_WORLD, inferkit::Tensor3View<float>(buf.data(), 1, 1, 8), n),

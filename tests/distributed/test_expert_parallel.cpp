@@ -26,7 +26,11 @@ struct Layer {
   Index T, D, Dout, E;
   std::vector<float> x, logits, w;
   Layer(Index t, Index d, Index dout, Index e, unsigned seed)
-      : T(t), D(d), Dout(dout), E(e), x(moe_test::normal(static_cast<std::size_t>(t * d), seed)),
+      : T(t),
+        D(d),
+        Dout(dout),
+        E(e),
+        x(moe_test::normal(static_cast<std::size_t>(t * d), seed)),
         logits(moe_test::normal(static_cast<std::size_t>(t * e), seed + 1, 2.0f)),
         w(moe_test::normal(static_cast<std::size_t>(e * dout * d), seed + 2, 0.3f)) {}
 
@@ -55,14 +59,16 @@ std::vector<float> single_process(const Layer& L, const inferkit::RouterOptions&
   inferkit::Routing routing;
   inferkit::route(MatrixView<const float>(L.logits.data() + t0 * L.E, n, L.E), ro, routing);
   const inferkit::DispatchPlan plan(routing);
-  std::vector<float> rows(static_cast<std::size_t>(plan.num_rows() * L.D)), eo(static_cast<std::size_t>(plan.num_rows() * L.Dout));
-  inferkit::dispatch(plan, MatrixView<const float>(L.x.data() + t0 * L.D, n, L.D), MatrixView<float>(rows.data(), plan.num_rows(), L.D));
+  std::vector<float> rows(static_cast<std::size_t>(plan.num_rows() * L.D)),
+      eo(static_cast<std::size_t>(plan.num_rows() * L.Dout));
+  inferkit::dispatch(plan, MatrixView<const float>(L.x.data() + t0 * L.D, n, L.D),
+                     MatrixView<float>(rows.data(), plan.num_rows(), L.D));
   for (Index e = 0; e < L.E; ++e)
     L.expert(e, MatrixView<const float>(rows.data() + plan.expert_begin(e) * L.D, plan.expert_rows(e), L.D),
              MatrixView<float>(eo.data() + plan.expert_begin(e) * L.Dout, plan.expert_rows(e), L.Dout));
   std::vector<float> y = init.empty() ? std::vector<float>(static_cast<std::size_t>(n * L.Dout), -7.0f) : init;
-  inferkit::combine(plan, MatrixView<const float>(eo.data(), plan.num_rows(), L.Dout), MatrixView<float>(y.data(), n, L.Dout),
-                    {.accumulate = !init.empty()});
+  inferkit::combine(plan, MatrixView<const float>(eo.data(), plan.num_rows(), L.Dout),
+                    MatrixView<float>(y.data(), n, L.Dout), {.accumulate = !init.empty()});
   return y;
 }
 
@@ -83,7 +89,8 @@ Run distributed(const Layer& L, const inferkit::RouterOptions& ro, const std::ve
   Run r;
   r.y.assign(static_cast<std::size_t>(n * L.Dout), -7.0f);
   if (accumulate)
-    for (Index i = 0; i < n * L.Dout; ++i) r.y[static_cast<std::size_t>(i)] = 0.01f * static_cast<float>((t0 * L.Dout + i) % 17);
+    for (Index i = 0; i < n * L.Dout; ++i)
+      r.y[static_cast<std::size_t>(i)] = 0.01f * static_cast<float>((t0 * L.Dout + i) % 17);
   r.rows_seen.assign(static_cast<std::size_t>(L.E), -1);
   inferkit::ExpertParallelExchange ex(MPI_COMM_WORLD, placement);
   ex.run(plan, MatrixView<const float>(L.x.data() + t0 * L.D, n, L.D),
@@ -99,7 +106,8 @@ Run distributed(const Layer& L, const inferkit::RouterOptions& ro, const std::ve
 
 std::vector<Index> token_ranges(Index T, int n, const std::vector<double>& cuts) {
   std::vector<Index> f{0};
-  for (int r = 1; r < n; ++r) f.push_back(static_cast<Index>(cuts[static_cast<std::size_t>(r - 1)] * static_cast<double>(T)));
+  for (int r = 1; r < n; ++r)
+    f.push_back(static_cast<Index>(cuts[static_cast<std::size_t>(r - 1)] * static_cast<double>(T)));
   f.push_back(T);
   return f;
 }
@@ -124,7 +132,8 @@ void check(const Layer& L, const inferkit::RouterOptions& ro, const std::vector<
   for (Index t = t0; t < t0 + n; ++t)
     for (Index o = 0; o < L.Dout; ++o) {
       double y = accumulate ? init[static_cast<std::size_t>(t * L.Dout + o)] : 0.0;
-      for (Index s = routing.token_offsets[static_cast<std::size_t>(t)]; s < routing.token_offsets[static_cast<std::size_t>(t) + 1]; ++s)
+      for (Index s = routing.token_offsets[static_cast<std::size_t>(t)];
+           s < routing.token_offsets[static_cast<std::size_t>(t) + 1]; ++s)
         y += routing.weights[static_cast<std::size_t>(s)] *
              L.expert64(routing.expert_ids[static_cast<std::size_t>(s)], L.x.data() + t * L.D, o);
       worst = std::max(worst, std::abs(y - got.y[static_cast<std::size_t>((t - t0) * L.Dout + o)]));
@@ -195,7 +204,8 @@ TEST_CASE("expert-parallel statistics count the rows that moved", "[distributed]
   CHECK(got.stats.rows_sent == 2 * mine);  // top-2, dropless
   Index local_rows = 0;
   inferkit::Routing routing;
-  inferkit::route(MatrixView<const float>(L.logits.data() + first[static_cast<std::size_t>(rank)] * 4, mine, 4), {.top_k = 2}, routing);
+  inferkit::route(MatrixView<const float>(L.logits.data() + first[static_cast<std::size_t>(rank)] * 4, mine, 4),
+                  {.top_k = 2}, routing);
   for (std::int32_t e : routing.expert_ids) local_rows += placement.owner(e) == rank ? 1 : 0;
   CHECK(got.stats.rows_to_others == 2 * mine - local_rows);
   CHECK(got.stats.bytes_moved == double(2 * mine - local_rows) * (16 + 8) * 4);
@@ -217,21 +227,30 @@ TEST_CASE("expert-parallel errors throw on every rank", "[distributed][expert][e
   const auto expert = [&](Index e, MatrixView<const float> in, MatrixView<float> out) { L.expert(e, in, out); };
   // One rank's output has the wrong row count.
   const Index rows = rank == n - 1 ? L.T - 1 : L.T;
-  const auto bad = [&] { ex.run(plan, MatrixView<const float>(L.x.data(), L.T, 8), expert, MatrixView<float>(y.data(), rows, 8)); };
-  if (rank == n - 1) CHECK_THROWS_WITH(bad(), Catch::Contains("out.rows() = 19 is invalid"));
-  else CHECK_THROWS_WITH(bad(), Catch::Contains("rank = " + std::to_string(n - 1) + " is invalid"));
+  const auto bad = [&] {
+    ex.run(plan, MatrixView<const float>(L.x.data(), L.T, 8), expert, MatrixView<float>(y.data(), rows, 8));
+  };
+  if (rank == n - 1)
+    CHECK_THROWS_WITH(bad(), Catch::Contains("out.rows() = 19 is invalid"));
+  else
+    CHECK_THROWS_WITH(bad(), Catch::Contains("rank = " + std::to_string(n - 1) + " is invalid"));
   // Ranks disagreeing on the output width.
   const Index cols = rank == 0 ? 4 : 8;
-  CHECK_THROWS_WITH(ex.run(plan, MatrixView<const float>(L.x.data(), L.T, 8), expert, MatrixView<float>(y.data(), L.T, cols)),
-                    Catch::Contains("out.cols() = 8 is invalid: differs across ranks"));
+  CHECK_THROWS_WITH(
+      ex.run(plan, MatrixView<const float>(L.x.data(), L.T, 8), expert, MatrixView<float>(y.data(), L.T, cols)),
+      Catch::Contains("out.cols() = 8 is invalid: differs across ranks"));
   // The expert callback throws on rank 1 only: every rank throws, nobody hangs.
   const auto throwing = [&](Index e, MatrixView<const float> in, MatrixView<float> out) {
     if (rank == 1) throw std::runtime_error("expert failed here");
     L.expert(e, in, out);
   };
-  const auto call = [&] { ex.run(plan, MatrixView<const float>(L.x.data(), L.T, 8), throwing, MatrixView<float>(y.data(), L.T, 8)); };
-  if (rank == 1) CHECK_THROWS_WITH(call(), "expert failed here");
-  else CHECK_THROWS_WITH(call(), Catch::Contains("the expert callback threw on rank 1"));
+  const auto call = [&] {
+    ex.run(plan, MatrixView<const float>(L.x.data(), L.T, 8), throwing, MatrixView<float>(y.data(), L.T, 8));
+  };
+  if (rank == 1)
+    CHECK_THROWS_WITH(call(), "expert failed here");
+  else
+    CHECK_THROWS_WITH(call(), Catch::Contains("the expert callback threw on rank 1"));
   // Still usable afterwards.
   CHECK_NOTHROW(ex.run(plan, MatrixView<const float>(L.x.data(), L.T, 8), expert, MatrixView<float>(y.data(), L.T, 8)));
   // Placements.
@@ -261,13 +280,16 @@ TEST_CASE("routing decided globally and sliced per rank gives the single-process
   inferkit::apply_capacity(global, {.capacity_factor = 0.8}, &stats);
   REQUIRE(stats.dropped_assignments > 0);
   const inferkit::DispatchPlan gplan(global);
-  std::vector<float> rows(static_cast<std::size_t>(gplan.num_rows() * L.D)), eo(static_cast<std::size_t>(gplan.num_rows() * L.Dout));
-  inferkit::dispatch(gplan, MatrixView<const float>(L.x.data(), L.T, L.D), MatrixView<float>(rows.data(), gplan.num_rows(), L.D));
+  std::vector<float> rows(static_cast<std::size_t>(gplan.num_rows() * L.D)),
+      eo(static_cast<std::size_t>(gplan.num_rows() * L.Dout));
+  inferkit::dispatch(gplan, MatrixView<const float>(L.x.data(), L.T, L.D),
+                     MatrixView<float>(rows.data(), gplan.num_rows(), L.D));
   for (Index e = 0; e < L.E; ++e)
     L.expert(e, MatrixView<const float>(rows.data() + gplan.expert_begin(e) * L.D, gplan.expert_rows(e), L.D),
              MatrixView<float>(eo.data() + gplan.expert_begin(e) * L.Dout, gplan.expert_rows(e), L.Dout));
   std::vector<float> want(static_cast<std::size_t>(L.T * L.Dout));
-  inferkit::combine(gplan, MatrixView<const float>(eo.data(), gplan.num_rows(), L.Dout), MatrixView<float>(want.data(), L.T, L.Dout));
+  inferkit::combine(gplan, MatrixView<const float>(eo.data(), gplan.num_rows(), L.Dout),
+                    MatrixView<float>(want.data(), L.T, L.Dout));
   // Each rank: its slice of the global routing through the exchange.
   const auto first = token_ranges(L.T, n, {0.4, 0.7});
   const Index t0 = first[static_cast<std::size_t>(rank)], cnt = first[static_cast<std::size_t>(rank) + 1] - t0;
@@ -278,9 +300,10 @@ TEST_CASE("routing decided globally and sliced per rank gives the single-process
   const inferkit::DispatchPlan plan(mine);
   std::vector<float> got(static_cast<std::size_t>(cnt * L.Dout), -7.0f);
   inferkit::ExpertParallelExchange ex(MPI_COMM_WORLD, placement);
-  ex.run(plan, MatrixView<const float>(L.x.data() + t0 * L.D, cnt, L.D),
-         [&](Index e, MatrixView<const float> in, MatrixView<float> out) { L.expert(e, in, out); },
-         MatrixView<float>(got.data(), cnt, L.Dout));
+  ex.run(
+      plan, MatrixView<const float>(L.x.data() + t0 * L.D, cnt, L.D),
+      [&](Index e, MatrixView<const float> in, MatrixView<float> out) { L.expert(e, in, out); },
+      MatrixView<float>(got.data(), cnt, L.Dout));
   CHECK(moe_test::same_bits(got, std::vector<float>(want.begin() + t0 * L.Dout, want.begin() + (t0 + cnt) * L.Dout)));
   inferkit::Routing bad;
   CHECK_THROWS_WITH(inferkit::routing_slice(global, 80, 11, bad), Catch::Contains("first + count = 91 is invalid"));

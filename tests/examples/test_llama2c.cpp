@@ -144,7 +144,8 @@ TEST_CASE("sink + window at cache positions equals recomputing the kept tokens f
     llama2c::Cache fresh(m.config(), {});
     std::vector<float> all(kept.size() * 300);
     llama2c::forward(m, fresh, kept.data(), static_cast<Index>(kept.size()), 0, all.data());
-    for (std::size_t v = 0; v < 300; ++v) worst = std::max(worst, std::abs(double(got[v]) - double(all[(kept.size() - 1) * 300 + v])));
+    for (std::size_t v = 0; v < 300; ++v)
+      worst = std::max(worst, std::abs(double(got[v]) - double(all[(kept.size() - 1) * 300 + v])));
   }
   CHECK(worst < 1e-4);
 }
@@ -164,7 +165,8 @@ TEST_CASE("bad files and bad flags give clear errors", "[example][llama2c][error
   }
   CHECK_THROWS_WITH(llama2c::Model::load((dir / "inferkit_test_trunc.bin").string()), Catch::Contains("truncated"));
   CHECK_THROWS_WITH(llama2c::Model::load((dir / "inferkit_test_long.bin").string()), Catch::Contains("trailing bytes"));
-  CHECK_THROWS_WITH(llama2c::Model::load((dir / "inferkit_test_badheader.bin").string()), Catch::Contains("n_heads = 0"));
+  CHECK_THROWS_WITH(llama2c::Model::load((dir / "inferkit_test_badheader.bin").string()),
+                    Catch::Contains("n_heads = 0"));
   CHECK_THROWS_WITH(llama2c::Model::load((dir / "no_such_model.bin").string()), Catch::Contains("cannot open"));
   const auto check_cli = [](const std::string& args, const std::string& message) {
     const auto [status, out] = run_cli(args);
@@ -221,12 +223,15 @@ TEST_CASE("tokenizer: llama2.c BPE merges, byte fallback, decoding rules", "[exa
     pieces.push_back(buf);
     scores.push_back(0);
   }
-  for (const auto& [p, s] : std::vector<std::pair<std::string, float>>{{" ", -1}, {"a", -1}, {"b", -1}, {"c", -1}, {" a", -2}, {"ab", -3}, {" ab", -2.5}, {"bc", -0.5}})
+  for (const auto& [p, s] : std::vector<std::pair<std::string, float>>{
+           {" ", -1}, {"a", -1}, {"b", -1}, {"c", -1}, {" a", -2}, {"ab", -3}, {" ab", -2.5}, {"bc", -0.5}})
     pieces.push_back(p), scores.push_back(s);
   const auto path = (std::filesystem::temp_directory_path() / "inferkit_test_tokenizer.bin").string();
   llama2c::Tokenizer::save(path, pieces, scores);
   const auto tok = llama2c::Tokenizer::load(path, static_cast<int>(pieces.size()));
-  const auto id = [&](const std::string& p) { return static_cast<TokenId>(std::find(pieces.begin(), pieces.end(), p) - pieces.begin()); };
+  const auto id = [&](const std::string& p) {
+    return static_cast<TokenId>(std::find(pieces.begin(), pieces.end(), p) - pieces.begin());
+  };
   // " " "a" "b" -> " a" "b" (score -2 beats "ab" -3) -> " ab" (the only merge left).
   CHECK(tok.encode("ab") == std::vector<TokenId>{id(" ab")});
   // " abc": "bc" (-0.5) merges first, then " a" (-2): " a" "bc".

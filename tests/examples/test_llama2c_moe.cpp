@@ -61,14 +61,17 @@ std::vector<double> naive_moe(const llama2c::MoeLayerView& w, int k, const std::
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
     double z = 0;
     for (int j = 0; j < k; ++j) z += std::exp(l[order[j]] - l[order[0]]);
-    for (int j = 0; j < k; ++j) chosen[t].push_back(order[j]), weight[t].push_back(std::exp(l[order[j]] - l[order[0]]) / z);
+    for (int j = 0; j < k; ++j)
+      chosen[t].push_back(order[j]), weight[t].push_back(std::exp(l[order[j]] - l[order[0]]) / z);
   }
   if (capacity >= 0) {  // rounds by rank, tokens in order
     std::vector<Index> count(E, 0);
     for (int j = 0; j < k; ++j)
       for (int t = 0; t < n; ++t)
-        if (count[chosen[t][j]] < capacity) ++count[chosen[t][j]];
-        else chosen[t][j] = -1;
+        if (count[chosen[t][j]] < capacity)
+          ++count[chosen[t][j]];
+        else
+          chosen[t][j] = -1;
   }
   std::vector<double> out(x.begin(), x.end());
   std::vector<double> h(H);
@@ -97,13 +100,15 @@ std::vector<float> logits_one_by_one(const llama2c::Model& m, const std::vector<
   llama2c::Cache cache(m.config(), {});
   const auto V = static_cast<std::size_t>(m.config().vocab_size);
   std::vector<float> out(ids.size() * V);
-  for (std::size_t t = 0; t < ids.size(); ++t) llama2c::forward(m, cache, &ids[t], 1, std::int32_t(t), out.data() + t * V);
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    llama2c::forward(m, cache, &ids[t], 1, std::int32_t(t), out.data() + t * V);
   return out;
 }
 
 }  // namespace
 
-TEST_CASE("MoE FFN equals the naive per-token per-expert fp64 forward, dropless and with drops", "[example][llama2c][moe]") {
+TEST_CASE("MoE FFN equals the naive per-token per-expert fp64 forward, dropless and with drops",
+          "[example][llama2c][moe]") {
   for (int E : {1, 4, 8}) {
     for (int k : {1, 2}) {
       if (k > E) continue;
@@ -142,7 +147,8 @@ TEST_CASE("MoE model: a chunk gives the one-token logits; generation is reproduc
   CHECK(a.size() == 12);
 }
 
-TEST_CASE("MoE checkpoint: save / load_any round trip, the dense loader refuses it, bad headers", "[example][llama2c][moe]") {
+TEST_CASE("MoE checkpoint: save / load_any round trip, the dense loader refuses it, bad headers",
+          "[example][llama2c][moe]") {
   const auto dir = std::filesystem::temp_directory_path();
   const std::string path = (dir / "inferkit_test_moe.bin").string();
   auto c = moe_config(4, 2);
@@ -156,7 +162,8 @@ TEST_CASE("MoE checkpoint: save / load_any round trip, the dense loader refuses 
   CHECK(back.config().router == inferkit::RouterScoring::sigmoid);
   const std::vector<TokenId> ids = {1, 7, 9, 30, 2};
   CHECK(logits_one_by_one(m, ids) == logits_one_by_one(back, ids));
-  CHECK_THROWS_WITH(llama2c::Model::load(path), Catch::Contains("mixture-of-experts checkpoint") && Catch::Contains("load_any"));
+  CHECK_THROWS_WITH(llama2c::Model::load(path),
+                    Catch::Contains("mixture-of-experts checkpoint") && Catch::Contains("load_any"));
   // Header fields: marker in place of hidden_dim, then the extension.
   std::ifstream f(path, std::ios::binary);
   std::int32_t h[12];
@@ -177,11 +184,16 @@ TEST_CASE("MoE checkpoint: save / load_any round trip, the dense loader refuses 
     std::ofstream(p, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
     return p;
   };
-  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_v9.bin", 7, 9, ~0ul)), Catch::Contains("version = 9"));
-  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_k.bin", 10, 5, ~0ul)), Catch::Contains("experts_per_token = 5"));
-  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_r.bin", 11, 7, ~0ul)), Catch::Contains("router mode = 7"));
-  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_short.bin", -1, 0, 36)), Catch::Contains("no room for the MoE header"));
-  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_trunc.bin", -1, 0, 4000)), Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_v9.bin", 7, 9, ~0ul)),
+                    Catch::Contains("version = 9"));
+  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_k.bin", 10, 5, ~0ul)),
+                    Catch::Contains("experts_per_token = 5"));
+  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_r.bin", 11, 7, ~0ul)),
+                    Catch::Contains("router mode = 7"));
+  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_short.bin", -1, 0, 36)),
+                    Catch::Contains("no room for the MoE header"));
+  CHECK_THROWS_WITH(llama2c::Model::load_any(write_variant("inferkit_moe_trunc.bin", -1, 0, 4000)),
+                    Catch::Contains("truncated"));
   // A dense checkpoint still loads with both readers.
   auto dense = moe_config(0, 0);
   const std::string dpath = (dir / "inferkit_test_dense_for_moe.bin").string();
@@ -190,7 +202,8 @@ TEST_CASE("MoE checkpoint: save / load_any round trip, the dense loader refuses 
   CHECK_FALSE(llama2c::Model::load(dpath).config().moe());
 }
 
-TEST_CASE("CLI: make-random --experts, eval prints drop rate and load statistics, flag errors", "[example][llama2c][moe][cli]") {
+TEST_CASE("CLI: make-random --experts, eval prints drop rate and load statistics, flag errors",
+          "[example][llama2c][moe][cli]") {
   using cli_test::field;
   using cli_test::run_cli;
   const auto dir = std::filesystem::temp_directory_path();

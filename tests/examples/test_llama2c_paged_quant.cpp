@@ -36,10 +36,11 @@ llama2c::Model paged_test_model(std::uint64_t seed) {
 }
 
 // Eval of ids under a paged (quantized) cache or the dense quantized cache with the same specs.
-llama2c::EvalResult eval_paged(const llama2c::Model& m, const std::vector<TokenId>& ids, const inferkit::KvQuantConfig& q,
-                               Index page, bool invariant) {
+llama2c::EvalResult eval_paged(const llama2c::Model& m, const std::vector<TokenId>& ids,
+                               const inferkit::KvQuantConfig& q, Index page, bool invariant) {
   const auto& c = m.config();
-  inferkit::BlockPoolConfig pc{c.n_layers, c.n_kv_heads, c.head_size(), page, static_cast<Index>(ids.size()) / page + 1};
+  inferkit::BlockPoolConfig pc{c.n_layers, c.n_kv_heads, c.head_size(), page,
+                               static_cast<Index>(ids.size()) / page + 1};
   pc.quant = llama2c::paged_quant(q, page);
   inferkit::BlockPool<inferkit::QuantizedKv> pool(pc);
   llama2c::CacheOptions o;
@@ -50,8 +51,8 @@ llama2c::EvalResult eval_paged(const llama2c::Model& m, const std::vector<TokenI
   CHECK(pool.used_blocks() == 0);  // the sequence's cache went with evaluate()
   return r;
 }
-llama2c::EvalResult eval_dense(const llama2c::Model& m, const std::vector<TokenId>& ids, const inferkit::KvQuantConfig& q,
-                               Index page, bool invariant) {
+llama2c::EvalResult eval_dense(const llama2c::Model& m, const std::vector<TokenId>& ids,
+                               const inferkit::KvQuantConfig& q, Index page, bool invariant) {
   llama2c::CacheOptions o;
   o.quant = llama2c::paged_quant(q, page);
   o.batch_invariant = invariant;
@@ -72,14 +73,16 @@ void check_paged_equals_dense(const llama2c::Model& m, const std::vector<TokenId
 
 }  // namespace
 
-TEST_CASE("paged quantized KV: eval NLL equals the dense quantized cache's (random model)", "[example][llama2c][quantized]") {
+TEST_CASE("paged quantized KV: eval NLL equals the dense quantized cache's (random model)",
+          "[example][llama2c][quantized]") {
   const auto m = paged_test_model(7);
   std::vector<TokenId> ids{1};
   for (int i = 0; i < 40; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % 300));
   for (Index page : {1, 5, 16}) check_paged_equals_dense(m, ids, page);
 }
 
-TEST_CASE("generate --prompts with --kv-quant: reused quantized pages give the output of computing them", "[example][llama2c][quantized]") {
+TEST_CASE("generate --prompts with --kv-quant: reused quantized pages give the output of computing them",
+          "[example][llama2c][quantized]") {
   const auto m = paged_test_model(41);
   std::vector<TokenId> system;
   for (int i = 0; i < 29; ++i) system.push_back(static_cast<TokenId>((i * 29 + 3) % 300));
@@ -103,7 +106,8 @@ TEST_CASE("generate --prompts with --kv-quant: reused quantized pages give the o
   }
 }
 
-TEST_CASE("stories260K: NLL of paged int8 / int4 / KIVI equals the dense quantized cache's", "[example][llama2c][quantized][model]") {
+TEST_CASE("stories260K: NLL of paged int8 / int4 / KIVI equals the dense quantized cache's",
+          "[example][llama2c][quantized][model]") {
   const char* p = std::getenv("INFERKIT_TEST_MODEL");
   if (!p) {
     WARN("INFERKIT_TEST_MODEL is not set: skipped");
@@ -124,13 +128,18 @@ TEST_CASE("stories260K: NLL of paged int8 / int4 / KIVI equals the dense quantiz
     for (TokenId t : ids) s << t << ' ';
     return s.str();
   }();
-  const auto [status, out] = run_cli("eval --model " + model + " --eval-ids test_llama2c_paged_quant_ids.txt --cache paged --page-size 16 --kv-quant kivi4 --batch-invariant");
+  const auto [status, out] = run_cli(
+      "eval --model " + model +
+      " --eval-ids test_llama2c_paged_quant_ids.txt --cache paged --page-size 16 --kv-quant kivi4 --batch-invariant");
   INFO(out);
   REQUIRE(status == 0);
   const auto want = eval_dense(m, ids, inferkit::kv_quant_preset("kivi4", m.config().head_size()), 16, true);
   CHECK(std::abs(field(out, "mean_nll") - want.mean_nll) < 1e-6);  // printed with 6 decimals
-  std::ofstream("test_llama2c_paged_quant_prompts.txt") << "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18\n1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 19\n";
-  const auto [gs, gout] = run_cli("generate --model " + model + " --prompts test_llama2c_paged_quant_prompts.txt --page-size 8 --kv-quant int8 --steps 8 --temperature 0");
+  std::ofstream("test_llama2c_paged_quant_prompts.txt")
+      << "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18\n1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 19\n";
+  const auto [gs, gout] = run_cli(
+      "generate --model " + model +
+      " --prompts test_llama2c_paged_quant_prompts.txt --page-size 8 --kv-quant int8 --steps 8 --temperature 0");
   INFO(gout);
   CHECK(gs == 0);
   CHECK(gout.find("saved 16") != std::string::npos);  // BOS + 16 tokens: 2 pages of the second prompt reused

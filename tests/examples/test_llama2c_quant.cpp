@@ -20,8 +20,8 @@ using llama2c::Index;
 using llama2c::Proj;
 using llama2c::TokenId;
 
-using cli_test::run_cli;
 using cli_test::field;
+using cli_test::run_cli;
 
 namespace {
 
@@ -85,8 +85,10 @@ TEST_CASE("quantized projections run inferkit's quant primitives on the model's 
         const std::span<const float> xs(in.data(), static_cast<std::size_t>(w.cols()));
         const std::span<float> ys(want.data(), static_cast<std::size_t>(w.rows()));
         const auto af = act ? inferkit::ActivationFormat::kInt8 : inferkit::ActivationFormat::kFloat;
-        if (fmt == llama2c::WeightFormat::kInt8) inferkit::matvec(inferkit::Int8Weights(v), xs, ys, {.activations = af});
-        else inferkit::matvec(inferkit::Int4Weights(v, {32, true}), xs, ys, {.activations = af});
+        if (fmt == llama2c::WeightFormat::kInt8)
+          inferkit::matvec(inferkit::Int8Weights(v), xs, ys, {.activations = af});
+        else
+          inferkit::matvec(inferkit::Int4Weights(v, {32, true}), xs, ys, {.activations = af});
         hook.project(p, 1, in.data(), got.data());
         INFO(llama2c::format_name(fmt) << (act ? " act-int8" : "") << " projection " << static_cast<int>(p));
         CHECK(std::equal(want.begin(), want.begin() + w.rows(), got.begin()));
@@ -148,7 +150,8 @@ TEST_CASE("quantized weights stay close to the float model", "[example][quant]")
     INFO(llama2c::format_name(c.o.weights) << (c.o.act_int8 ? " act-int8" : "") << " relative logit change " << d);
     CHECK(d > 0);
     CHECK(d < c.tol);
-    CHECK(bytes < (c.o.weights == llama2c::WeightFormat::kInt8 ? 0.3 : 0.2) * 4.0 * (2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 100 * 64) + 300 * 64));
+    CHECK(bytes < (c.o.weights == llama2c::WeightFormat::kInt8 ? 0.3 : 0.2) * 4.0 *
+                      (2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 100 * 64) + 300 * 64));
   }
   CHECK(llama2c::quantize_model(m, {}) == 4 * (2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 100 * 64) + 300 * 64));
   CHECK(logits_of(m, ids) == ref);  // f32 removes the hook
@@ -171,7 +174,8 @@ TEST_CASE("with quantized weights a chunk gives the logits of one-token steps", 
   CHECK(llama2c::generate_speculative(m, nullptr, 1, {5, 9}, 24, 3, s) == llama2c::generate(m, {5, 9}, 24, s));
 }
 
-TEST_CASE("SmoothQuant folding leaves the float model unchanged and helps W8A8 on outlier channels", "[example][quant]") {
+TEST_CASE("SmoothQuant folding leaves the float model unchanged and helps W8A8 on outlier channels",
+          "[example][quant]") {
   const auto ids = some_ids(16, 29), calib = some_ids(40, 53);
   auto plain = small_model(4, true);
   const auto ref = logits_of(plain, ids);
@@ -209,7 +213,9 @@ TEST_CASE("the CLI rejects inconsistent quantization flags", "[example][quant][e
   }
   const auto [status, out] = run_cli(base + "--weights int8 --act-int8 --outlier-threshold 6");
   CHECK(status == 0);
-  CHECK(field(out, "weight_bytes") == double(llama2c::QuantizedProjections(llama2c::Model::load(path), {.weights = llama2c::WeightFormat::kInt8}).bytes()));
+  CHECK(field(out, "weight_bytes") ==
+        double(llama2c::QuantizedProjections(llama2c::Model::load(path), {.weights = llama2c::WeightFormat::kInt8})
+                   .bytes()));
   std::remove(path.c_str());
   std::remove("test_llama2c_quant_ids.txt");
 }
@@ -222,7 +228,8 @@ TEST_CASE("stories260K: NLL per weight setting", "[example][quant][model]") {
   }
   const std::string model = p;
   const std::string dir = model.substr(0, model.find_last_of('/') + 1);
-  const std::string eval = "eval --model " + model + " --eval-ids " + dir + "stories260K_greedy256.txt --eval-range 1:128 ";
+  const std::string eval =
+      "eval --model " + model + " --eval-ids " + dir + "stories260K_greedy256.txt --eval-range 1:128 ";
   const auto nll = [&](const std::string& flags) {
     const auto [status, out] = run_cli(eval + flags);
     INFO(flags << " -> " << out);
@@ -233,8 +240,8 @@ TEST_CASE("stories260K: NLL per weight setting", "[example][quant][model]") {
              llm = nll("--weights int8 --act-int8 --outlier-threshold 6"), i4 = nll("--weights int4"),
              i4q = nll("--weights int4 --act-int8"),
              sq = nll("--weights int8 --act-int8 --smooth 0.5 --calib-ids " + dir + "stories260K_greedy256.txt");
-  INFO("NLL f32 " << f32.first << " int8 " << i8.first << " w8a8 " << a8.first << " llm.int8 " << llm.first << " smoothquant "
-                  << sq.first << " int4 " << i4.first << " int4+q8 " << i4q.first);
+  INFO("NLL f32 " << f32.first << " int8 " << i8.first << " w8a8 " << a8.first << " llm.int8 " << llm.first
+                  << " smoothquant " << sq.first << " int4 " << i4.first << " int4+q8 " << i4q.first);
   CHECK(std::abs(i8.first - f32.first) < 0.1);
   CHECK(std::abs(a8.first - f32.first) < 0.1);
   CHECK(std::abs(llm.first - f32.first) < 0.1);
@@ -246,7 +253,8 @@ TEST_CASE("stories260K: NLL per weight setting", "[example][quant][model]") {
 }
 
 // Issue 17: --attn-arith fast (AttentionArithmetic::kReduced) in the runner.
-TEST_CASE("attention arithmetic: fast logits stay close to exact, bad values are rejected by name", "[example][reduced]") {
+TEST_CASE("attention arithmetic: fast logits stay close to exact, bad values are rejected by name",
+          "[example][reduced]") {
   const auto m = small_model(17);
   const auto ids = some_ids(40, 7);
   for (const char* preset : {"int8", "int4"}) {
@@ -264,7 +272,8 @@ TEST_CASE("attention arithmetic: fast logits stay close to exact, bad values are
     };
     const auto exact = run(inferkit::AttentionArithmetic::kExact), fast = run(inferkit::AttentionArithmetic::kReduced);
     const auto f32 = run(inferkit::AttentionArithmetic::kExact, false);
-    INFO("logits change: fast vs exact " << rel_diff(fast, exact) << ", quantized vs f32 cache " << rel_diff(exact, f32));
+    INFO("logits change: fast vs exact " << rel_diff(fast, exact) << ", quantized vs f32 cache "
+                                         << rel_diff(exact, f32));
     CHECK(fast != exact);  // the query was rounded (head size 16: int8 per key group)
     // The query's int8 rounding (127 levels per side) moves the logits less than quantizing the
     // cache itself does (measured 0.017 vs 0.021 for int8, 0.042 vs 0.27 for int4).
@@ -275,7 +284,8 @@ TEST_CASE("attention arithmetic: fast logits stay close to exact, bad values are
   CHECK(out.find("--attn-arith = 'bogus'") != std::string::npos);
 }
 
-TEST_CASE("stories260K: mean NLL with --attn-arith fast within 0.02 of exact for every KV encoding", "[example][reduced][model]") {
+TEST_CASE("stories260K: mean NLL with --attn-arith fast within 0.02 of exact for every KV encoding",
+          "[example][reduced][model]") {
   const char* p = std::getenv("INFERKIT_TEST_MODEL");
   if (!p) {
     WARN("INFERKIT_TEST_MODEL is not set: skipped");

@@ -22,7 +22,8 @@ std::string header(std::vector<std::int32_t> h) {
 
 }  // namespace
 
-TEST_CASE("checkpoint: a header asking for more than the file holds is rejected before allocating", "[example][llama2c][errors]") {
+TEST_CASE("checkpoint: a header asking for more than the file holds is rejected before allocating",
+          "[example][llama2c][errors]") {
   // 2^30-wide layers: the weights would need ~10^28 bytes (and overflow size_t) in a 28-byte file.
   std::istringstream huge(header({1 << 30, 1 << 30, 1 << 30, 1 << 10, 1 << 10, 1 << 30, 1 << 30}), std::ios::binary);
   CHECK_THROWS_WITH(llama2c::Model::load(huge, "huge"), Catch::Contains("truncated") && Catch::Contains("28 bytes"));
@@ -45,7 +46,8 @@ TEST_CASE("checkpoint: loading from memory reads back exactly what save() wrote"
   CHECK(again.str() == out.str());
 }
 
-TEST_CASE("tokenizer: a byte without a token in a vocabulary without byte tokens is an error", "[example][llama2c][tokenizer]") {
+TEST_CASE("tokenizer: a byte without a token in a vocabulary without byte tokens is an error",
+          "[example][llama2c][tokenizer]") {
   // Three pieces, no <0xXX> byte tokens: byte fallback (id byte + 3) would index past the end.
   std::ostringstream out(std::ios::binary);
   llama2c::Tokenizer::save(out, {" ", "a", "b"}, {0, -1, -1});

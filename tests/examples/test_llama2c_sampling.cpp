@@ -81,24 +81,26 @@ TEST_CASE("llama2c: an absolute DRY penalty leaves no repeated bigram", "[exampl
   const auto plain = llama2c::generate(m, prompt, 60, s);
   std::set<std::pair<TokenId, TokenId>> bigrams;
   bool repeats = false;
-  for (std::size_t i = 0; i + 1 < plain.size(); ++i) repeats = repeats || !bigrams.insert({plain[i], plain[i + 1]}).second;
+  for (std::size_t i = 0; i + 1 < plain.size(); ++i)
+    repeats = repeats || !bigrams.insert({plain[i], plain[i + 1]}).second;
   CHECK(repeats);
 }
 
-TEST_CASE("llama2c CLI: the decoding-rule flags run reproducibly and reject bad values", "[example][llama2c][sampling]") {
+TEST_CASE("llama2c CLI: the decoding-rule flags run reproducibly and reject bad values",
+          "[example][llama2c][sampling]") {
   const auto dir = std::filesystem::temp_directory_path() / "inferkit_llama2c_sampling_test";
   std::filesystem::create_directories(dir);
   const std::string model = (dir / "tiny.bin").string();
   tiny_model(5).save(model);
   const std::string base = "generate --model " + model + " --steps 24 --print-ids --seed 7 ";
   for (const std::string flags :
-       {"--temperature 0.9 --mirostat 2 --mirostat-tau 3 --mirostat-eta 0.2",
-        "--temperature 0.8 --mirostat 1",
+       {"--temperature 0.9 --mirostat 2 --mirostat-tau 3 --mirostat-eta 0.2", "--temperature 0.8 --mirostat 1",
         "--sampler-order llama.cpp --temperature 0.9 --top-k 40 --typical 0.95 --top-p 0.95 --min-p 0.05 "
         "--xtc-probability 0.5 --xtc-threshold 0.1 --dry-multiplier 0.8 --dry-breakers '13;7 8' "
         "--frequency-penalty 0.1 --presence-penalty 0.1",
         "--dynatemp-range 0.5 --dynatemp-exp 1.5 --top-n-sigma 1.5 --epsilon-cutoff 3e-4 --eta-cutoff 2e-3",
-        "--min-new-tokens 4 --exp-decay 10:1.2 --bad-words '2;5 6' --sequence-bias '1 2=-2;9=1.5' --begin-suppress '2 3'",
+        "--min-new-tokens 4 --exp-decay 10:1.2 --bad-words '2;5 6' --sequence-bias '1 2=-2;9=1.5' --begin-suppress '2 "
+        "3'",
         "--top-p 0"}) {
     INFO(flags);
     const auto [status, out] = run_cli(base + flags);

@@ -65,7 +65,7 @@ struct Run {
 };
 
 Run serve_run(const llama2c::Model& m, const std::vector<llama2c::TraceRequest>& trace, llama2c::ServeOptions o,
-          bool keep_logits = false) {
+              bool keep_logits = false) {
   llama2c::IterationClock clock(1.0);
   o.clock = &clock;
   Run run;
@@ -117,7 +117,8 @@ TEST_CASE("trace parser: a bad line names its line number and field", "[example]
   has(trace_error(std::string("{\"prompt_ids\": [1], \"max_new_tokens\": 4, \"prompt\x01\": 1}")), "(key)");
 
   // Truncations of a valid line fail cleanly (never crash), each naming line 3.
-  const std::string good = R"({"arrival_ms": 1.5e1, "prompt_ids": [1, 7, 9], "max_new_tokens": 8, "temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.1, "repeat_last_n": 32, "seed": 18446744073709551615, "eos_ids": [2]})";
+  const std::string good =
+      R"({"arrival_ms": 1.5e1, "prompt_ids": [1, 7, 9], "max_new_tokens": 8, "temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.1, "repeat_last_n": 32, "seed": 18446744073709551615, "eos_ids": [2]})";
   for (std::size_t cut = 1; cut < good.size(); ++cut) {
     const std::string msg = trace_error(good.substr(0, cut));
     INFO(good.substr(0, cut));
@@ -136,7 +137,9 @@ TEST_CASE("trace parser: a bad line names its line number and field", "[example]
   CHECK(r->eos_ids == std::vector<TokenId>{2});
   CHECK_FALSE(llama2c::parse_trace_line("  \t\r", 4));
 
-  std::istringstream in("{\"prompt_ids\": [1], \"max_new_tokens\": 2}\n\n{\"prompt_ids\": [1, 2], \"max_new_tokens\": 2, \"top_k\": -1}\n");
+  std::istringstream in(
+      "{\"prompt_ids\": [1], \"max_new_tokens\": 2}\n\n{\"prompt_ids\": [1, 2], \"max_new_tokens\": 2, \"top_k\": "
+      "-1}\n");
   try {
     llama2c::parse_trace(in);
     FAIL("no error");
@@ -190,7 +193,8 @@ TEST_CASE("serve: every greedy output equals the request served alone by generat
   llama2c::SamplingConfig greedy;
   greedy.params.temperature = 0.0f;
   for (const auto& r : trace)
-    alone.push_back(llama2c::generate(m, std::vector<TokenId>(r.prompt.begin() + 1, r.prompt.end()), r.max_new_tokens, greedy));
+    alone.push_back(
+        llama2c::generate(m, std::vector<TokenId>(r.prompt.begin() + 1, r.prompt.end()), r.max_new_tokens, greedy));
 
   struct Case {
     const char* name;
@@ -217,14 +221,19 @@ TEST_CASE("serve: every greedy output equals the request served alone by generat
       REQUIRE(run.report.results[i].output == alone[i]);
       REQUIRE(run.report.results[i].token_ms.size() == alone[i].size());
     }
-    if (c.expect_saved) CHECK(run.report.summary.prefill_saved > 0);
-    else CHECK(run.report.summary.prefill_saved == 0);
-    if (c.expect_preempted) CHECK(run.report.summary.preemptions > 0);
-    else CHECK(run.report.summary.preemptions == 0);
+    if (c.expect_saved)
+      CHECK(run.report.summary.prefill_saved > 0);
+    else
+      CHECK(run.report.summary.prefill_saved == 0);
+    if (c.expect_preempted)
+      CHECK(run.report.summary.preemptions > 0);
+    else
+      CHECK(run.report.summary.preemptions == 0);
   }
 }
 
-TEST_CASE("serve --kv-quant: every greedy output equals generate() over the dense quantized cache", "[example][serve][model][quantized]") {
+TEST_CASE("serve --kv-quant: every greedy output equals generate() over the dense quantized cache",
+          "[example][serve][model][quantized]") {
   const std::string path = test_model();
   if (path.empty()) {
     WARN("INFERKIT_TEST_MODEL is not set: skipped");
@@ -244,12 +253,13 @@ TEST_CASE("serve --kv-quant: every greedy output equals generate() over the dens
       dense.quant = llama2c::paged_quant(q, page);
       std::vector<std::vector<TokenId>> alone;
       for (const auto& r : trace)
-        alone.push_back(llama2c::generate(m, std::vector<TokenId>(r.prompt.begin() + 1, r.prompt.end()), r.max_new_tokens, greedy,
-                                          nullptr, nullptr, dense));
+        alone.push_back(llama2c::generate(m, std::vector<TokenId>(r.prompt.begin() + 1, r.prompt.end()),
+                                          r.max_new_tokens, greedy, nullptr, nullptr, dense));
       for (const bool tiny : {false, true}) {
         INFO((tiny ? "tiny pool: preemption by recompute" : "batched, chunked"));
         // Chunks of 5, or of a whole key group (KIVI: 4 at page 4, 16 at page 16).
-        const Index chunk = std::max<Index>(5, dense.quant->keys.axis == inferkit::QuantAxis::kPerChannel ? dense.quant->keys.group_size : 0);
+        const Index chunk = std::max<Index>(
+            5, dense.quant->keys.axis == inferkit::QuantAxis::kPerChannel ? dense.quant->keys.group_size : 0);
         auto o = tiny ? options(64, 8, 0, page, 80 / page, false) : options(64, 8, chunk, page, 0, false);
         o.kv_quant = q;
         const auto run = serve_run(m, trace, o);
@@ -271,7 +281,8 @@ TEST_CASE("serve --kv-quant: every greedy output equals generate() over the dens
     }
 }
 
-TEST_CASE("serve --deterministic: bitwise identical logits across chunkings, batch mixes and threads", "[example][serve][model]") {
+TEST_CASE("serve --deterministic: bitwise identical logits across chunkings, batch mixes and threads",
+          "[example][serve][model]") {
   const std::string path = test_model();
   if (path.empty()) {
     WARN("INFERKIT_TEST_MODEL is not set: skipped");
@@ -327,7 +338,8 @@ TEST_CASE("serve --deterministic: bitwise identical logits across chunkings, bat
   }
 }
 
-TEST_CASE("serve CLI: synthetic runs print the summary; a bad trace line exits with line and field", "[example][serve][errors]") {
+TEST_CASE("serve CLI: synthetic runs print the summary; a bad trace line exits with line and field",
+          "[example][serve][errors]") {
   const std::string dir = std::filesystem::temp_directory_path().string();
   const std::string model = dir + "/inferkit_serve_random.bin", trace = dir + "/inferkit_serve_trace.jsonl";
   llama2c::Config c;
@@ -347,25 +359,31 @@ TEST_CASE("serve CLI: synthetic runs print the summary; a bad trace line exits w
   auto [status, out] = run_cli("serve --model " + model + " --trace " + trace);
   CHECK(status == 1);
   CHECK(out.find("trace line 2, field \"prompt_ids[2]\"") != std::string::npos);
-  std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --prompt-len 4:9 --output-len 2:5 --vocab-x 1");
+  std::tie(status, out) =
+      run_cli("serve --model " + model + " --synthetic 6 --prompt-len 4:9 --output-len 2:5 --vocab-x 1");
   CHECK(status == 1);
   CHECK(out.find("unknown flag '--vocab-x'") != std::string::npos);
-  std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 3 "
-                                  "--max-seqs 3 --max-batched-tokens 8 --max-prefill-tokens 5 --page-size 4 --virtual-time 2 --out /dev/null");
+  std::tie(status, out) = run_cli(
+      "serve --model " + model +
+      " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 3 "
+      "--max-seqs 3 --max-batched-tokens 8 --max-prefill-tokens 5 --page-size 4 --virtual-time 2 --out /dev/null");
   CHECK(status == 0);
   CHECK(out.find("serve: requests 6 output_tokens") != std::string::npos);
-  std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 3 "
+  std::tie(status, out) = run_cli("serve --model " + model +
+                                  " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 3 "
                                   "--page-size 4 --kv-quant kivi4 --virtual-time 2 --out /dev/null");
   CHECK(status == 1);  // KIVI chunks end at whole key groups (4 tokens here): chunks of 3 cannot
   CHECK(out.find("max_prefill_chunk = 3") != std::string::npos);
-  std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 4 "
+  std::tie(status, out) = run_cli("serve --model " + model +
+                                  " --synthetic 6 --rate 500 --prompt-len 4:9 --output-len 2:5 --chunk 4 "
                                   "--page-size 4 --kv-quant kivi4 --virtual-time 2 --out /dev/null");
   CHECK(status == 0);
   CHECK(out.find("serve: requests 6 output_tokens") != std::string::npos);
   std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 2 --kv-quant int3");
   CHECK(status == 1);
   CHECK(out.find("int3") != std::string::npos);
-  std::tie(status, out) = run_cli("serve --model " + model + " --synthetic 6 --prompt-len 4:9 --output-len 2:5 --chunk none "
+  std::tie(status, out) = run_cli("serve --model " + model +
+                                  " --synthetic 6 --prompt-len 4:9 --output-len 2:5 --chunk none "
                                   "--max-batched-tokens 8");
   CHECK(status == 1);
   CHECK(out.find("max_batched_tokens") != std::string::npos);

@@ -2,12 +2,12 @@
 // models (always), and the CLI on the real checkpoint when INFERKIT_TEST_MODEL is set.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -54,7 +54,8 @@ llama2c::SteeringSpec spec_for(int layer, float scale) {
   return s;
 }
 
-std::vector<float> logits_of(const llama2c::Model& m, const std::vector<TokenId>& seq, const llama2c::ResidualHook* hook, bool chunked) {
+std::vector<float> logits_of(const llama2c::Model& m, const std::vector<TokenId>& seq,
+                             const llama2c::ResidualHook* hook, bool chunked) {
   llama2c::Cache cache(m.config(), {});
   const Index V = m.config().vocab_size, n = static_cast<Index>(seq.size());
   std::vector<float> out(static_cast<std::size_t>(n * V));
@@ -62,7 +63,8 @@ std::vector<float> logits_of(const llama2c::Model& m, const std::vector<TokenId>
     llama2c::forward(m, cache, seq.data(), n, 0, out.data(), -1, nullptr, hook);
   } else {
     for (Index t = 0; t < n; ++t)
-      llama2c::forward(m, cache, &seq[static_cast<std::size_t>(t)], 1, static_cast<std::int32_t>(t), out.data() + t * V, -1, nullptr, hook);
+      llama2c::forward(m, cache, &seq[static_cast<std::size_t>(t)], 1, static_cast<std::int32_t>(t), out.data() + t * V,
+                       -1, nullptr, hook);
   }
   return out;
 }
@@ -97,7 +99,8 @@ void write_lines(const std::string& path, const std::vector<std::vector<TokenId>
 
 }  // namespace
 
-TEST_CASE("steering hook: scale 0 changes no logit bit; a chunk equals token-by-token steering", "[example][steering]") {
+TEST_CASE("steering hook: scale 0 changes no logit bit; a chunk equals token-by-token steering",
+          "[example][steering]") {
   const auto m = random_model(5);
   const auto seq = ids(20, 29, 1);
   const auto spec = spec_for(1, 0.0f);
@@ -120,25 +123,30 @@ TEST_CASE("steering hook: scale 0 changes no logit bit; a chunk equals token-by-
   CHECK(worst <= 1e-5);  // the same rows steered (a chunk's attention may round differently)
   // Rows before position 6 are untouched, rows from 6 on are changed.
   for (Index t = 0; t < 20; ++t) {
-    const bool same = std::memcmp(chunked.data() + t * V, plain_chunked.data() + t * V, static_cast<std::size_t>(V) * sizeof(float)) == 0;
+    const bool same = std::memcmp(chunked.data() + t * V, plain_chunked.data() + t * V,
+                                  static_cast<std::size_t>(V) * sizeof(float)) == 0;
     CHECK(same == (t < 6));
   }
 }
 
-TEST_CASE("captured layer states: the last layer's, RMS-normalized, are forward()'s hidden output", "[example][steering]") {
+TEST_CASE("captured layer states: the last layer's, RMS-normalized, are forward()'s hidden output",
+          "[example][steering]") {
   const auto m = random_model(6);
   const auto seq = ids(9, 5, 2);
   const Index D = m.config().dim, n = 9;
   const auto states = llama2c::layer_states(m, seq, m.config().n_layers - 1);
   llama2c::Cache cache(m.config(), {});
-  std::vector<float> logits(static_cast<std::size_t>(n * m.config().vocab_size)), hidden(static_cast<std::size_t>(n * D));
+  std::vector<float> logits(static_cast<std::size_t>(n * m.config().vocab_size)),
+      hidden(static_cast<std::size_t>(n * D));
   llama2c::forward(m, cache, seq.data(), n, 0, logits.data(), -1, hidden.data());
   for (Index t = 0; t < n; ++t) {
     double ss = 0;
-    for (Index i = 0; i < D; ++i) ss += double(states[static_cast<std::size_t>(t * D + i)]) * states[static_cast<std::size_t>(t * D + i)];
+    for (Index i = 0; i < D; ++i)
+      ss += double(states[static_cast<std::size_t>(t * D + i)]) * states[static_cast<std::size_t>(t * D + i)];
     const double inv = 1.0 / std::sqrt(ss / double(D) + 1e-5);
     for (Index i = 0; i < D; ++i)
-      CHECK(hidden[static_cast<std::size_t>(t * D + i)] == Approx(states[static_cast<std::size_t>(t * D + i)] * inv).margin(1e-5));
+      CHECK(hidden[static_cast<std::size_t>(t * D + i)] ==
+            Approx(states[static_cast<std::size_t>(t * D + i)] * inv).margin(1e-5));
   }
 }
 
@@ -156,12 +164,15 @@ TEST_CASE("the runner's vector is the fp64 mean of BOS-less prompt states at the
       const auto st = llama2c::layer_states(m, seq, 2);
       for (Index j = 0; j < D; ++j) {
         double s = 0;
-        for (std::size_t t = 1; t < seq.size(); ++t) s += st[t * static_cast<std::size_t>(D) + static_cast<std::size_t>(j)];
-        ref[static_cast<std::size_t>(j)] += (side == 0 ? 1 : -1) * s / double(seq.size() - 1) / double(spec.positive.size());
+        for (std::size_t t = 1; t < seq.size(); ++t)
+          s += st[t * static_cast<std::size_t>(D) + static_cast<std::size_t>(j)];
+        ref[static_cast<std::size_t>(j)] +=
+            (side == 0 ? 1 : -1) * s / double(seq.size() - 1) / double(spec.positive.size());
       }
     }
   }
-  for (Index j = 0; j < D; ++j) CHECK(sv.v[static_cast<std::size_t>(j)] == Approx(ref[static_cast<std::size_t>(j)]).margin(1e-6));
+  for (Index j = 0; j < D; ++j)
+    CHECK(sv.v[static_cast<std::size_t>(j)] == Approx(ref[static_cast<std::size_t>(j)]).margin(1e-6));
   CHECK(sv.pairs == 3);
 }
 
@@ -189,7 +200,8 @@ TEST_CASE("ablation after every layer leaves every layer's output orthogonal to 
   CHECK(worst <= 1e-6 * scale);
 }
 
-TEST_CASE("steering CLI on the real model: scale 0 shifts nothing, +/- scales move the token set", "[example][steering][model]") {
+TEST_CASE("steering CLI on the real model: scale 0 shifts nothing, +/- scales move the token set",
+          "[example][steering][model]") {
   const std::string model = test_model();
   if (model.empty()) {
     WARN("INFERKIT_TEST_MODEL is not set: skipped");
@@ -218,7 +230,8 @@ TEST_CASE("steering CLI on the real model: scale 0 shifts nothing, +/- scales mo
   std::map<TokenId, int> counts;
   for (const auto& l : pos)
     for (TokenId t : l) ++counts[t];
-  const TokenId top = std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  const TokenId top =
+      std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
   const std::string base = "eval --model " + model + " --eval-ids " + e + " --steer-pos " + p + " --steer-neg " + n +
                            " --steer-layer 3 --steer-tokens " + std::to_string(top);
   const auto [s0, o0] = run_cli(base + " --steer-scale 0");
@@ -242,8 +255,9 @@ TEST_CASE("steering CLI on the real model: scale 0 shifts nothing, +/- scales mo
   // Ablation and generation run; generation with scale 0 equals plain generation.
   CHECK(run_cli(base + " --steer-ablate").first == 0);
   const auto plain = run_cli("generate --model " + model + " --temperature 0 --steps 16 --print-ids");
-  const auto steered0 = run_cli("generate --model " + model + " --temperature 0 --steps 16 --print-ids --steer-pos " + p +
-                                " --steer-neg " + n + " --steer-layer 2 --steer-scale 0 --steer-positions generated");
+  const auto steered0 =
+      run_cli("generate --model " + model + " --temperature 0 --steps 16 --print-ids --steer-pos " + p +
+              " --steer-neg " + n + " --steer-layer 2 --steer-scale 0 --steer-positions generated");
   const auto ids_line = [](const std::string& out) {
     std::istringstream lines(out);
     std::string l;
@@ -274,16 +288,22 @@ TEST_CASE("steering flags: clear errors for bad layers, unpaired files and bad l
     CHECK(status == 1);
     CHECK(out.find(message) != std::string::npos);
   };
-  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 3", "--steer-layer = 3 is invalid: must be in [0, 3)");
-  check_cli(g + "--steer-pos " + p + " --steer-neg " + n + " --steer-layer 1", "negative prompts = 1 is invalid: must equal the positive prompts (2)");
+  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 3",
+            "--steer-layer = 3 is invalid: must be in [0, 3)");
+  check_cli(g + "--steer-pos " + p + " --steer-neg " + n + " --steer-layer 1",
+            "negative prompts = 1 is invalid: must equal the positive prompts (2)");
   check_cli(g + "--steer-pos " + p + " --steer-neg " + p, "steering needs --steer-layer");
   check_cli(g + "--steer-pos " + p + " --steer-layer 1", "--steer-pos and --steer-neg go together");
   check_cli(g + "--steer-scale 2", "--steer-scale needs --steer-pos and --steer-neg");
   check_cli(g + "--steer-pos " + bad + " --steer-neg " + p + " --steer-layer 1", "line 3: 'x8' is not a token id");
-  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --beams 2", "plain sampling only, not with --beams");
-  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-tokens 3", "not with --steer-tokens");
-  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-positions 4:x", "--steer-positions = '4:x' is invalid");
-  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-ablate", "ablation needs a direction");
+  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --beams 2",
+            "plain sampling only, not with --beams");
+  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-tokens 3",
+            "not with --steer-tokens");
+  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-positions 4:x",
+            "--steer-positions = '4:x' is invalid");
+  check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-ablate",
+            "ablation needs a direction");
   check_cli("eval --model " + model + " --eval-ids " + e + " --steer-pos " + p + " --steer-neg " + p +
                 " --steer-layer 0 --steer-tokens 250",
             "--steer-tokens id = 250 is invalid: must be in [0, 200)");

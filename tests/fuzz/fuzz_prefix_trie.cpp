@@ -46,8 +46,8 @@ struct Seq {
   std::unique_ptr<Table> table;
   Trie::Handle handle;
   std::size_t id = 0;
-  std::vector<TokenId> tokens;         // committed tokens
-  std::vector<TokenId> pinned;         // the tokens of the trie path its handle pins
+  std::vector<TokenId> tokens;  // committed tokens
+  std::vector<TokenId> pinned;  // the tokens of the trie path its handle pins
 };
 
 struct World {
@@ -63,11 +63,16 @@ struct World {
     for (BlockId b : own) pool.release(b);
   }
 
-  float key(const Table& t, Index pos) const { return pool.key_rows(t.blocks()[static_cast<std::size_t>(pos / page)], 0, 0)[pos % page]; }
-  float value(const Table& t, Index pos) const { return pool.value_rows(t.blocks()[static_cast<std::size_t>(pos / page)], 0, 0)[pos % page]; }
+  float key(const Table& t, Index pos) const {
+    return pool.key_rows(t.blocks()[static_cast<std::size_t>(pos / page)], 0, 0)[pos % page];
+  }
+  float value(const Table& t, Index pos) const {
+    return pool.value_rows(t.blocks()[static_cast<std::size_t>(pos / page)], 0, 0)[pos % page];
+  }
 
   // Blocks `blocks` hold the K/V of pages first, first + 1, ... of `tokens` under identity `id`.
-  void check_pages(std::size_t id, const std::vector<TokenId>& tokens, std::span<const BlockId> blocks, std::size_t first = 0) const {
+  void check_pages(std::size_t id, const std::vector<TokenId>& tokens, std::span<const BlockId> blocks,
+                   std::size_t first = 0) const {
     const std::vector<float> want = kv_values(id, tokens);
     for (std::size_t b = 0; b < blocks.size(); ++b)
       for (Index s = 0; s < page; ++s) {
@@ -156,7 +161,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto extra = any_tokens(in, 2 * page + 1);
         toks.insert(toks.end(), extra.begin(), extra.end());
         auto m = w.trie.match(kIds[n.id], toks);
-        FUZZ_CHECK(m.tokens == static_cast<Index>(m.blocks.size()) * page && m.tokens <= static_cast<Index>(toks.size()));
+        FUZZ_CHECK(m.tokens == static_cast<Index>(m.blocks.size()) * page &&
+                   m.tokens <= static_cast<Index>(toks.size()));
         w.check_pages(n.id, toks, m.blocks);
         n.table = std::make_unique<Table>(w.pool);
         n.table->assign_prefix(m.blocks, m.tokens);
@@ -205,7 +211,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         w.seqs.pop_back();
         break;
       }
-      case 6: w.trie.evict(in.ConsumeIntegralInRange<Index>(0, 5)); break;
+      case 6:
+        w.trie.evict(in.ConsumeIntegralInRange<Index>(0, 5));
+        break;
       case 7: {  // the test holds a block of its own for a while
         if (in.ConsumeBool() || w.own.empty()) {
           if (auto b = w.trie.allocate_evicting()) w.own.push_back(*b);
@@ -216,7 +224,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
       case 8: {  // feed the next full page to the trie below the pinned path, share its block
-        if (!s || (s->handle.deepest < 0 && !s->pinned.empty()) || s->pinned.size() + static_cast<std::size_t>(page) > s->tokens.size()) break;
+        if (!s || (s->handle.deepest < 0 && !s->pinned.empty()) ||
+            s->pinned.size() + static_cast<std::size_t>(page) > s->tokens.size())
+          break;
         const std::size_t at = s->pinned.size();
         if (!std::equal(s->pinned.begin(), s->pinned.end(), s->tokens.begin())) break;  // truncated below the pin
         const std::span<const TokenId> pg(s->tokens.data() + at, static_cast<std::size_t>(page));
@@ -241,7 +251,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       case 10: {  // misuse: documented errors, and nothing changes
         const Index max_blocks = w.pool.config().max_blocks;
-        const BlockId bad = in.ConsumeBool() ? -1 : static_cast<BlockId>(in.ConsumeIntegralInRange<Index>(0, max_blocks));
+        const BlockId bad =
+            in.ConsumeBool() ? -1 : static_cast<BlockId>(in.ConsumeIntegralInRange<Index>(0, max_blocks));
         if (bad < 0 || bad >= max_blocks || w.pool.refcount(bad) == 0) {
           FUZZ_CHECK(!fuzz::ok([&] { w.pool.retain(bad); }));
           FUZZ_CHECK(!fuzz::ok([&] { w.pool.release(bad); }));
@@ -251,7 +262,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           FUZZ_CHECK(!fuzz::ok([&] { s->table->share_page(static_cast<Index>(s->tokens.size()) / page, 0); }));
           const float x[2] = {1.0f, 2.0f};
           FUZZ_CHECK(!fuzz::ok([&] { s->table->write(0, {x, 1, 1, 2}, {x, 1, 1, 2}); }));  // wrong head_dim
-          FUZZ_CHECK(!fuzz::ok([&] { s->table->write(in.ConsumeBool() ? 1 : -1, {x, 1, 1, 1}, {x, 1, 1, 1}); }));  // no such layer
+          FUZZ_CHECK(!fuzz::ok([&] {
+            s->table->write(in.ConsumeBool() ? 1 : -1, {x, 1, 1, 1}, {x, 1, 1, 1});
+          }));  // no such layer
           FUZZ_CHECK(!fuzz::ok([&] { s->table->commit(-1); }));
           FUZZ_CHECK(!fuzz::ok([&] { (void)s->table->source(1); }));
           Trie::Handle h;

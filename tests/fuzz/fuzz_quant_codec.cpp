@@ -35,8 +35,8 @@ QuantSpec any_spec(FuzzedDataProvider& in) {
 }
 
 // Checks every row of one stream against the accepted values (rows [t][c] of this head).
-void check_stream(const inferkit::QuantStreamRows& rows, const QuantSpec& s, const std::vector<std::vector<float>>& want,
-                  Index d) {
+void check_stream(const inferkit::QuantStreamRows& rows, const QuantSpec& s,
+                  const std::vector<std::vector<float>>& want, Index d) {
   const auto& st = *rows.stream;
   FUZZ_CHECK(st.quantized + st.tail_tokens == static_cast<Index>(want.size()));
   if (want.empty()) return;
@@ -44,7 +44,8 @@ void check_stream(const inferkit::QuantStreamRows& rows, const QuantSpec& s, con
   rows.load_f32(0, static_cast<Index>(want.size()), d, got.data(), d, false);
   for (std::size_t t = 0; t < want.size(); ++t)
     for (Index c = 0; c < d; ++c) {
-      const float x = want[t][static_cast<std::size_t>(c)], y = got[t * static_cast<std::size_t>(d) + static_cast<std::size_t>(c)];
+      const float x = want[t][static_cast<std::size_t>(c)],
+                  y = got[t * static_cast<std::size_t>(d) + static_cast<std::size_t>(c)];
       if (static_cast<Index>(t) >= st.quantized) {
         FUZZ_CHECK(x == y || (std::isnan(x) && std::isnan(y)));
         continue;
@@ -52,7 +53,8 @@ void check_stream(const inferkit::QuantStreamRows& rows, const QuantSpec& s, con
       const inferkit::QuantParams& p =
           s.axis == QuantAxis::kPerToken
               ? st.params[t * static_cast<std::size_t>(d / s.group_size) + static_cast<std::size_t>(c / s.group_size)]
-              : st.params[(t / static_cast<std::size_t>(s.group_size)) * static_cast<std::size_t>(d) + static_cast<std::size_t>(c)];
+              : st.params[(t / static_cast<std::size_t>(s.group_size)) * static_cast<std::size_t>(d) +
+                          static_cast<std::size_t>(c)];
       const double step = inferkit::to_float(p.step), zero = p.zero(s);
       const double slack = 1e-6 * (std::abs(double(x)) + std::abs(zero) + step * s.levels()) + 1e-37;
       FUZZ_CHECK(std::isfinite(y));
@@ -78,16 +80,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Index n = in.ConsumeIntegralInRange<Index>(1, 12);
     std::vector<float> k(static_cast<std::size_t>(n * heads * d)), v(k.size());
     for (auto* buf : {&k, &v})
-      for (float& x : *buf) x = special || in.ConsumeIntegralInRange<int>(0, 63) == 0 ? fuzz::any_float(in) : fuzz::finite_float(in, 100.0f);
-    const bool accepted = fuzz::ok([&] {
-      cache->append(0, {k.data(), n, heads, d}, {v.data(), n, heads, d});
-    });
+      for (float& x : *buf)
+        x = special || in.ConsumeIntegralInRange<int>(0, 63) == 0 ? fuzz::any_float(in)
+                                                                  : fuzz::finite_float(in, 100.0f);
+    const bool accepted = fuzz::ok([&] { cache->append(0, {k.data(), n, heads, d}, {v.data(), n, heads, d}); });
     if (accepted)
       for (Index t = 0; t < n; ++t)
         for (Index h = 0; h < heads; ++h) {
           const std::size_t at = static_cast<std::size_t>((t * heads + h) * d);
-          keys[static_cast<std::size_t>(h)].emplace_back(k.begin() + static_cast<std::ptrdiff_t>(at), k.begin() + static_cast<std::ptrdiff_t>(at + d));
-          values[static_cast<std::size_t>(h)].emplace_back(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + d));
+          keys[static_cast<std::size_t>(h)].emplace_back(k.begin() + static_cast<std::ptrdiff_t>(at),
+                                                         k.begin() + static_cast<std::ptrdiff_t>(at + d));
+          values[static_cast<std::size_t>(h)].emplace_back(v.begin() + static_cast<std::ptrdiff_t>(at),
+                                                           v.begin() + static_cast<std::ptrdiff_t>(at + d));
         }
     FUZZ_CHECK(cache->length(0) == static_cast<Index>(keys[0].size()));
     const auto src = cache->source(0);

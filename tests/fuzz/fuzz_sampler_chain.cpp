@@ -20,10 +20,14 @@ namespace {
 
 TokenId any_token(FuzzedDataProvider& in, Index vocab) {
   switch (in.ConsumeIntegralInRange<int>(0, 7)) {
-    case 0: return -1;
-    case 1: return static_cast<TokenId>(vocab);
-    case 2: return in.ConsumeIntegral<TokenId>();
-    default: return static_cast<TokenId>(in.ConsumeIntegralInRange<Index>(0, std::min<Index>(vocab - 1, 40)));
+    case 0:
+      return -1;
+    case 1:
+      return static_cast<TokenId>(vocab);
+    case 2:
+      return in.ConsumeIntegral<TokenId>();
+    default:
+      return static_cast<TokenId>(in.ConsumeIntegralInRange<Index>(0, std::min<Index>(vocab - 1, 40)));
   }
 }
 std::vector<TokenId> any_tokens(FuzzedDataProvider& in, Index vocab, int max_n) {
@@ -37,7 +41,8 @@ Index any_count(FuzzedDataProvider& in) {
 }
 // A parameter that is usually in its valid range [lo, hi], sometimes anything.
 float param(FuzzedDataProvider& in, float lo, float hi) {
-  return in.ConsumeIntegralInRange<int>(0, 5) == 0 ? fuzz::any_float(in) : in.ConsumeFloatingPointInRange<float>(lo, hi);
+  return in.ConsumeIntegralInRange<int>(0, 5) == 0 ? fuzz::any_float(in)
+                                                   : in.ConsumeFloatingPointInRange<float>(lo, hi);
 }
 
 inferkit::SamplingParams any_params(FuzzedDataProvider& in, Index vocab) {
@@ -80,23 +85,47 @@ inferkit::SamplingParams any_params(FuzzedDataProvider& in, Index vocab) {
 
 inferkit::SamplerChain any_chain(FuzzedDataProvider& in, Index vocab) {
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
-    case 0: return inferkit::SamplerChain::inferkit_default(any_params(in, vocab));
-    case 1: return inferkit::SamplerChain::llama_cpp(any_params(in, vocab));
-    default: break;
+    case 0:
+      return inferkit::SamplerChain::inferkit_default(any_params(in, vocab));
+    case 1:
+      return inferkit::SamplerChain::llama_cpp(any_params(in, vocab));
+    default:
+      break;
   }
   inferkit::SamplerChain c;
   for (int n = in.ConsumeIntegralInRange<int>(0, 5); n > 0; --n) {
     switch (in.ConsumeIntegralInRange<int>(0, 9)) {
-      case 0: c.add(inferkit::Temperature{param(in, 0.0f, 2.0f)}); break;
-      case 1: c.add(inferkit::TopK{any_count(in)}); break;
-      case 2: c.add(inferkit::TopP{param(in, 0.0f, 1.0f), any_count(in)}); break;
-      case 3: c.add(inferkit::MinP{param(in, 0.0f, 1.0f), any_count(in)}); break;
-      case 4: c.add(inferkit::Typical{param(in, 0.0f, 1.0f), any_count(in)}); break;
-      case 5: c.add(inferkit::NoRepeatNgram{any_count(in)}); break;
-      case 6: c.add(inferkit::LogitBias{{{any_token(in, vocab), fuzz::any_float(in)}, {any_token(in, vocab), param(in, -3.0f, 3.0f)}}}); break;
-      case 7: c.add(inferkit::BannedTokens{any_tokens(in, vocab, 4)}); break;
-      case 8: c.add(inferkit::AllowedTokens{any_tokens(in, vocab, 4)}); break;
-      default: c.add(inferkit::RepetitionPenalty{param(in, 0.5f, 2.0f), any_count(in)}); break;
+      case 0:
+        c.add(inferkit::Temperature{param(in, 0.0f, 2.0f)});
+        break;
+      case 1:
+        c.add(inferkit::TopK{any_count(in)});
+        break;
+      case 2:
+        c.add(inferkit::TopP{param(in, 0.0f, 1.0f), any_count(in)});
+        break;
+      case 3:
+        c.add(inferkit::MinP{param(in, 0.0f, 1.0f), any_count(in)});
+        break;
+      case 4:
+        c.add(inferkit::Typical{param(in, 0.0f, 1.0f), any_count(in)});
+        break;
+      case 5:
+        c.add(inferkit::NoRepeatNgram{any_count(in)});
+        break;
+      case 6:
+        c.add(inferkit::LogitBias{
+            {{any_token(in, vocab), fuzz::any_float(in)}, {any_token(in, vocab), param(in, -3.0f, 3.0f)}}});
+        break;
+      case 7:
+        c.add(inferkit::BannedTokens{any_tokens(in, vocab, 4)});
+        break;
+      case 8:
+        c.add(inferkit::AllowedTokens{any_tokens(in, vocab, 4)});
+        break;
+      default:
+        c.add(inferkit::RepetitionPenalty{param(in, 0.5f, 2.0f), any_count(in)});
+        break;
     }
   }
   return c;
@@ -128,9 +157,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<std::uint8_t> b = in.ConsumeBytes<std::uint8_t>(in.ConsumeIntegralInRange<std::size_t>(0, 30));
     if (b.size() >= 4 && in.ConsumeBool()) std::memcpy(b.data(), "IKSS", 4);
     inferkit::SamplerState s;
-    if (fuzz::ok([&] { s = inferkit::SamplerState::from_bytes(b); })) FUZZ_CHECK(inferkit::SamplerState::from_bytes(s.to_bytes()) == s);
+    if (fuzz::ok([&] { s = inferkit::SamplerState::from_bytes(b); }))
+      FUZZ_CHECK(inferkit::SamplerState::from_bytes(s.to_bytes()) == s);
   }
-  const Index vocab = in.ConsumeBool() ? in.ConsumeIntegralInRange<Index>(1, 64) : in.ConsumeIntegralInRange<Index>(1, 300000);
+  const Index vocab =
+      in.ConsumeBool() ? in.ConsumeIntegralInRange<Index>(1, 64) : in.ConsumeIntegralInRange<Index>(1, 300000);
   inferkit::SamplerChain chain;
   if (!fuzz::ok([&] { chain = any_chain(in, vocab); })) return 0;
   (void)chain.describe();

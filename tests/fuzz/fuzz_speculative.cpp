@@ -34,7 +34,8 @@ void fill_row(FuzzedDataProvider& in, float* row, Index vocab) {
     for (Index v = 0; v < vocab; ++v) row[v] = static_cast<float>(row[v] / sum);
   if (mode == 5) std::fill(row, row + vocab, 0.0f);
   if (mode == 6)  // special entries
-    for (int n = in.ConsumeIntegralInRange<int>(1, 3); n > 0; --n) row[in.ConsumeIntegralInRange<Index>(0, vocab - 1)] = fuzz::any_float(in);
+    for (int n = in.ConsumeIntegralInRange<int>(1, 3); n > 0; --n)
+      row[in.ConsumeIntegralInRange<Index>(0, vocab - 1)] = fuzz::any_float(in);
   // mode 7: unnormalized weights
 }
 
@@ -52,11 +53,14 @@ struct Case {
 
 Case any_case(FuzzedDataProvider& in) {
   Case c;
-  c.vocab = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? in.ConsumeIntegralInRange<Index>(1, 3000) : in.ConsumeIntegralInRange<Index>(1, 12);
+  c.vocab = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? in.ConsumeIntegralInRange<Index>(1, 3000)
+                                                      : in.ConsumeIntegralInRange<Index>(1, 12);
   c.k = in.ConsumeIntegralInRange<Index>(0, 5);
   for (Index i = 0; i < c.k; ++i) {
     const int m = in.ConsumeIntegralInRange<int>(0, 15);
-    c.draft.push_back(m == 0 ? -1 : m == 1 ? static_cast<TokenId>(c.vocab) : static_cast<TokenId>(in.ConsumeIntegralInRange<Index>(0, c.vocab - 1)));
+    c.draft.push_back(m == 0   ? -1
+                      : m == 1 ? static_cast<TokenId>(c.vocab)
+                               : static_cast<TokenId>(in.ConsumeIntegralInRange<Index>(0, c.vocab - 1)));
   }
   c.q.resize(static_cast<std::size_t>(c.k * c.vocab));
   c.p.resize(static_cast<std::size_t>((c.k + 1) * c.vocab));
@@ -111,8 +115,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (!(c.pr(at, last) > 0.0f)) {
         double sum = 0.0;
         for (Index v = 0; v < c.vocab; ++v) sum += c.pr(at, static_cast<TokenId>(v));
-        std::fprintf(stderr, "vocab %ld k %ld accepted %ld bonus %d token %d p %g row sum %g tolerance %g\n", long(c.vocab),
-                     long(c.k), long(at), int(r.bonus), int(last), double(c.pr(at, last)), sum, c.opt.tolerance);
+        std::fprintf(stderr, "vocab %ld k %ld accepted %ld bonus %d token %d p %g row sum %g tolerance %g\n",
+                     long(c.vocab), long(c.k), long(at), int(r.bonus), int(last), double(c.pr(at, last)), sum,
+                     c.opt.tolerance);
       }
       if (r.bonus) {
         FUZZ_CHECK(c.pr(at, last) > 0.0f);
@@ -120,11 +125,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         FUZZ_CHECK(last != c.draft[static_cast<std::size_t>(at)] && c.pr(at, last) > 0.0f);
       } else {
         bool residual = false;  // residual max(0, p - q) has mass, or p when it has none
-        for (Index v = 0; v < c.vocab; ++v) residual = residual || c.pr(at, static_cast<TokenId>(v)) - c.qr(at, static_cast<TokenId>(v)) > 0.0f;
+        for (Index v = 0; v < c.vocab; ++v)
+          residual = residual || c.pr(at, static_cast<TokenId>(v)) - c.qr(at, static_cast<TokenId>(v)) > 0.0f;
         FUZZ_CHECK(residual ? c.pr(at, last) - c.qr(at, last) > 0.0f : c.pr(at, last) > 0.0f);
       }
-      inferkit::VerifyResult again = point_mass ? inferkit::verify_point_mass_draft(c.draft, c.pv(), rng, c.first, c.opt)
-                                                : inferkit::verify_draft(c.draft, c.qv(), c.pv(), rng, c.first, c.opt);
+      inferkit::VerifyResult again = point_mass
+                                         ? inferkit::verify_point_mass_draft(c.draft, c.pv(), rng, c.first, c.opt)
+                                         : inferkit::verify_draft(c.draft, c.qv(), c.pv(), rng, c.first, c.opt);
       FUZZ_CHECK(same(r, again));
       solo[j] = r;
     }

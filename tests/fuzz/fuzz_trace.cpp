@@ -48,9 +48,9 @@ std::string to_line(const llama2c::TraceRequest& r) {
   return "{\"arrival_ms\": " + num(r.arrival_ms) + ", \"prompt_ids\": " + ids_json(r.prompt) +
          ", \"max_new_tokens\": " + std::to_string(r.max_new_tokens) + ", \"temperature\": " + num(p.temperature) +
          ", \"top_k\": " + std::to_string(p.top_k) + ", \"top_p\": " + num(p.top_p) + ", \"min_p\": " + num(p.min_p) +
-         ", \"repetition_penalty\": " + num(p.repetition_penalty) + ", \"repeat_last_n\": " +
-         std::to_string(r.sampling.repeat_last_n) + ", \"seed\": " + std::to_string(r.sampling.seed) +
-         ", \"eos_ids\": " + ids_json(r.eos_ids) + "}";
+         ", \"repetition_penalty\": " + num(p.repetition_penalty) +
+         ", \"repeat_last_n\": " + std::to_string(r.sampling.repeat_last_n) +
+         ", \"seed\": " + std::to_string(r.sampling.seed) + ", \"eos_ids\": " + ids_json(r.eos_ids) + "}";
 }
 
 bool same(const llama2c::TraceRequest& a, const llama2c::TraceRequest& b) {

@@ -28,7 +28,8 @@ TEST_CASE("dense cache: append, grow, truncate, and attention over it equals ove
   std::vector<float> a(hq * d), b(hq * d);
   inferkit::Tensor3View<const float> qv(q.data(), 1, hq, d);
   inferkit::attention(qv, cache.source(1), inferkit::Tensor3View<float>(a.data(), 1, hq, d));
-  inferkit::attention(qv, inferkit::DenseKv<inferkit::BFloat16>({kb.data(), tokens, hkv, d}, {vb.data(), tokens, hkv, d}),
+  inferkit::attention(qv,
+                      inferkit::DenseKv<inferkit::BFloat16>({kb.data(), tokens, hkv, d}, {vb.data(), tokens, hkv, d}),
                       inferkit::Tensor3View<float>(b.data(), 1, hq, d));
   CHECK(a == b);
   cache.truncate(50);
@@ -63,7 +64,8 @@ TEST_CASE("quantized attention equals the fp64 reference on the dequantized valu
     std::vector<float> got(3 * hq * d), ref(got.size()), exact(got.size());
     inferkit::Tensor3View<const float> qv(q.data(), 3, hq, d);
     inferkit::attention(qv, cache.source(0), {got.data(), 3, hq, d});
-    inferkit::attention_reference(qv, inferkit::DenseKv<float>({kd.data(), tokens, hkv, d}, {vd.data(), tokens, hkv, d}),
+    inferkit::attention_reference(qv,
+                                  inferkit::DenseKv<float>({kd.data(), tokens, hkv, d}, {vd.data(), tokens, hkv, d}),
                                   {ref.data(), 3, hq, d}, {});
     CHECK(test::max_abs_diff(got, ref) < 2e-5);
     inferkit::attention_reference(qv, inferkit::DenseKv<float>({k.data(), tokens, hkv, d}, {v.data(), tokens, hkv, d}),
@@ -152,7 +154,8 @@ TEST_CASE("sink + window with cache positions equals recomputing the window at s
   inferkit::SinkWindowCache<float> cache(1, hkv, d, sinks, window, inferkit::PositionPolicy::kCache, rope);
   const auto k = test::random_normal(steps * hkv * d, 1), v = test::random_normal(steps * hkv * d, 2);
   for (std::int32_t t = 0; t < steps; ++t)
-    cache.append(0, {k.data() + t * hkv * d, 1, hkv, d}, {v.data() + t * hkv * d, 1, hkv, d}, std::span<const std::int32_t>(&t, 1));
+    cache.append(0, {k.data() + t * hkv * d, 1, hkv, d}, {v.data() + t * hkv * d, 1, hkv, d},
+                 std::span<const std::int32_t>(&t, 1));
   // Direct recomputation: the kept tokens (sinks 0..2, then steps-20..steps-1) in age order,
   // keys rotated at their slot positions 0..22.
   std::vector<std::int32_t> kept;
@@ -170,14 +173,17 @@ TEST_CASE("sink + window with cache positions equals recomputing the window at s
   std::vector<float> got(hq * d), ref(hq * d);
   inferkit::AttentionOptions opt;
   opt.alibi = true;  // distances follow the slot positions too
-  inferkit::attention(inferkit::Tensor3View<const float>(q.data(), 1, hq, d), cache.source(0), {got.data(), 1, hq, d}, {}, opt);
+  inferkit::attention(inferkit::Tensor3View<const float>(q.data(), 1, hq, d), cache.source(0), {got.data(), 1, hq, d},
+                      {}, opt);
   inferkit::attention_reference(inferkit::Tensor3View<const float>(q.data(), 1, hq, d),
-                                inferkit::DenseKv<float>({kk.data(), n, hkv, d}, {vv.data(), n, hkv, d}), {ref.data(), 1, hq, d}, {}, opt);
+                                inferkit::DenseKv<float>({kk.data(), n, hkv, d}, {vv.data(), n, hkv, d}),
+                                {ref.data(), 1, hq, d}, {}, opt);
   CHECK(test::max_abs_diff(got, ref) < 2e-5);
   CHECK(cache.newest_position(0) == n - 1);
 }
 
-TEST_CASE("quantized sink + window equals the fp64 reference on its dequantized kept tokens", "[kv][sink_window][quantized]") {
+TEST_CASE("quantized sink + window equals the fp64 reference on its dequantized kept tokens",
+          "[kv][sink_window][quantized]") {
   const Index hkv = 2, hq = 4, d = 32, sinks = 2, window = 13, steps = 40;
   const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
   for (const char* preset : {"int8", "int4"}) {
@@ -214,41 +220,54 @@ TEST_CASE("quantized sink + window equals the fp64 reference on its dequantized 
       if (policy == inferkit::PositionPolicy::kCache)
         inferkit::apply_rope(inferkit::Tensor3View<float>(kk.data(), n, hkv, d), 0, rope);
       const auto q = test::random_normal(hq * d, 6);
-      const std::int32_t qpos = policy == inferkit::PositionPolicy::kCache ? static_cast<std::int32_t>(n - 1) : steps - 1;
+      const std::int32_t qpos =
+          policy == inferkit::PositionPolicy::kCache ? static_cast<std::int32_t>(n - 1) : steps - 1;
       inferkit::AttentionOptions opt;
       opt.alibi = true;
       opt.query_positions = std::span<const std::int32_t>(&qpos, 1);
       std::vector<float> got(hq * d), ref(hq * d);
-      inferkit::attention(inferkit::Tensor3View<const float>(q.data(), 1, hq, d), cache.source(0), {got.data(), 1, hq, d}, {}, opt);
+      inferkit::attention(inferkit::Tensor3View<const float>(q.data(), 1, hq, d), cache.source(0),
+                          {got.data(), 1, hq, d}, {}, opt);
       const inferkit::DenseKv<float> dense({kk.data(), n, hkv, d}, {vv.data(), n, hkv, d}, pos);
-      inferkit::attention_reference(inferkit::Tensor3View<const float>(q.data(), 1, hq, d), dense, {ref.data(), 1, hq, d}, {}, opt);
+      inferkit::attention_reference(inferkit::Tensor3View<const float>(q.data(), 1, hq, d), dense,
+                                    {ref.data(), 1, hq, d}, {}, opt);
       CHECK(test::max_abs_diff(got, ref) < 2e-5);
       CHECK(cache.newest_position(0) == qpos);
     }
-    const inferkit::QuantizedSinkWindowCache small(1, 1, d, 1, 3, inferkit::PositionPolicy::kOriginal, {}, cfg.keys, cfg.values);
-    const std::size_t per_row = static_cast<std::size_t>(d * cfg.keys.bits / 8 + (d / cfg.keys.group_size) * cfg.keys.meta_bytes());
+    const inferkit::QuantizedSinkWindowCache small(1, 1, d, 1, 3, inferkit::PositionPolicy::kOriginal, {}, cfg.keys,
+                                                   cfg.values);
+    const std::size_t per_row =
+        static_cast<std::size_t>(d * cfg.keys.bits / 8 + (d / cfg.keys.group_size) * cfg.keys.meta_bytes());
     CHECK(small.bytes() == 2 * 4 * per_row);
   }
   const auto kivi = inferkit::kv_quant_preset("kivi4", d);
-  CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache(1, 1, d, 1, 3, inferkit::PositionPolicy::kOriginal, {}, kivi.keys, kivi.values),
+  CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache(1, 1, d, 1, 3, inferkit::PositionPolicy::kOriginal, {},
+                                                       kivi.keys, kivi.values),
                     Catch::Contains("axis = per-channel"));
 }
 
 TEST_CASE("sink + window rejects bad shapes by name before sizing anything", "[kv][sink_window][errors]") {
   using inferkit::PositionPolicy;
-  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(-1, 1, 8, 1, 4, PositionPolicy::kOriginal), Catch::Contains("layers = -1"));
-  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(1, 1, 8, 1, 0, PositionPolicy::kOriginal), Catch::Contains("window = 0"));
-  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(1, 1, 8, -2, 4, PositionPolicy::kOriginal), Catch::Contains("n_sink = -2"));
+  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(-1, 1, 8, 1, 4, PositionPolicy::kOriginal),
+                    Catch::Contains("layers = -1"));
+  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(1, 1, 8, 1, 0, PositionPolicy::kOriginal),
+                    Catch::Contains("window = 0"));
+  CHECK_THROWS_WITH(inferkit::SinkWindowCache<float>(1, 1, 8, -2, 4, PositionPolicy::kOriginal),
+                    Catch::Contains("n_sink = -2"));
   const auto int8 = inferkit::kv_quant_preset("int8", 8);
-  CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache(1, -3, 8, 1, 4, PositionPolicy::kOriginal, {}, int8.keys, int8.values),
-                    Catch::Contains("kv_heads = -3"));
-  CHECK_THROWS_WITH(inferkit::QuantizedSinkWindowCache(1, 1, 12, 1, 4, PositionPolicy::kOriginal, {}, int8.keys, int8.values),
-                    Catch::Contains("head_dim = 12"));
+  CHECK_THROWS_WITH(
+      inferkit::QuantizedSinkWindowCache(1, -3, 8, 1, 4, PositionPolicy::kOriginal, {}, int8.keys, int8.values),
+      Catch::Contains("kv_heads = -3"));
+  CHECK_THROWS_WITH(
+      inferkit::QuantizedSinkWindowCache(1, 1, 12, 1, 4, PositionPolicy::kOriginal, {}, int8.keys, int8.values),
+      Catch::Contains("head_dim = 12"));
 }
 
 TEST_CASE("dense and quantized caches reject bad shapes by name before sizing anything", "[kv][errors]") {
   CHECK_THROWS_WITH(inferkit::DenseKvCache<float>(-1, 1, 8, 4), Catch::Contains("layers = -1"));
   CHECK_THROWS_WITH(inferkit::DenseKvCache<float>(1, 0, 8, 4), Catch::Contains("kv_heads = 0"));
-  CHECK_THROWS_WITH(inferkit::QuantizedKvCache(-2, 1, 32, inferkit::kv_quant_preset("int8")), Catch::Contains("layers = -2"));
-  CHECK_THROWS_WITH(inferkit::QuantizedKvCache(1, -1, 32, inferkit::kv_quant_preset("int8")), Catch::Contains("kv_heads = -1"));
+  CHECK_THROWS_WITH(inferkit::QuantizedKvCache(-2, 1, 32, inferkit::kv_quant_preset("int8")),
+                    Catch::Contains("layers = -2"));
+  CHECK_THROWS_WITH(inferkit::QuantizedKvCache(1, -1, 32, inferkit::kv_quant_preset("int8")),
+                    Catch::Contains("kv_heads = -1"));
 }

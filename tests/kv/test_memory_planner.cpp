@@ -34,7 +34,8 @@ TEST_CASE("memory planner reproduces hand-computed figures", "[kv][planner]") {
   CHECK_THROWS_WITH(inferkit::plan_memory(llama7b, 10, 0, f16), Catch::Contains("batch = 0"));
 }
 
-TEST_CASE("memory planner: a paged cache is whole pages, quantized pages as the pool stores them", "[kv][planner][paged]") {
+TEST_CASE("memory planner: a paged cache is whole pages, quantized pages as the pool stores them",
+          "[kv][planner][paged]") {
   // A small shape so the pool can be built: the plan equals the pool's and table's own bytes.
   inferkit::ModelShape m{2, 128, 256, 4, 2, 100, 64, true, 4.0};
   const inferkit::Index context = 70, page = 16, batch = 3;

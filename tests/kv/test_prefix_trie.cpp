@@ -74,7 +74,7 @@ TEST_CASE("a forked table copies a shared partial block before writing into it",
   CHECK(pool.refcount(a.blocks()[0]) == 1);
   CHECK(pool.key_rows(b.blocks()[0], 0, 0)[0] == 1.0f);  // copied prefix
   CHECK(pool.key_rows(b.blocks()[0], 0, 0)[6] == 9.0f);  // the new token
-  REQUIRE(a.reserve(1));                                   // a's block is its own now: written in place
+  REQUIRE(a.reserve(1));                                 // a's block is its own now: written in place
   CHECK(a.blocks().size() == 1);
 }
 
@@ -160,7 +160,9 @@ TEST_CASE("extend feeds pages one at a time below a pinned path", "[kv][trie]") 
   inferkit::PrefixTrie<float> trie(pool);
   const inferkit::ContextIdentity id{"m"}, other{"m", "", "", 1};
   const std::vector<TokenId> toks{1, 2, 3, 4, 5, 6};
-  const auto page_of = [&](Index p) { return std::span<const TokenId>(toks).subspan(static_cast<std::size_t>(p * page), 2); };
+  const auto page_of = [&](Index p) {
+    return std::span<const TokenId>(toks).subspan(static_cast<std::size_t>(p * page), 2);
+  };
   // A sequence that matched nothing feeds its pages as they fill.
   inferkit::PrefixTrie<float>::Handle h;
   std::vector<BlockId> own;
@@ -204,8 +206,8 @@ inferkit::BlockPoolConfig model_pool(Index page) {
 }
 }  // namespace
 
-TEMPLATE_TEST_CASE("randomized operations keep the trie, the pool and the holders consistent", "[kv][trie][model]", float,
-                   inferkit::QuantizedKv) {
+TEMPLATE_TEST_CASE("randomized operations keep the trie, the pool and the holders consistent", "[kv][trie][model]",
+                   float, inferkit::QuantizedKv) {
   using T = TestType;
   std::mt19937 rng(12345);
   for (Index page : {1, 3, 16}) {
@@ -264,8 +266,8 @@ TEMPLATE_TEST_CASE("randomized operations keep the trie, the pool and the holder
         float err = 0.0f;
         for (Index i = 0; i < static_cast<Index>(toks.size()); ++i) {
           const float tok = float(toks[static_cast<std::size_t>(i)]);
-          err = std::max({err, std::abs(kd[2 * i] - tok), std::abs(vd[2 * i + 1] - tok), std::abs(kd[2 * i + 1] - float(i)) / 2,
-                          std::abs(vd[2 * i] - float(i)) / 2});
+          err = std::max({err, std::abs(kd[2 * i] - tok), std::abs(vd[2 * i + 1] - tok),
+                          std::abs(kd[2 * i + 1] - float(i)) / 2, std::abs(vd[2 * i] - float(i)) / 2});
         }
         REQUIRE(err <= tol);
         trie.insert(ids[idn], toks, table.blocks());

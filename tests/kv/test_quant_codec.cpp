@@ -20,7 +20,8 @@ double worst_error_in_half_steps(const std::vector<float>& x, const QuantSpec& s
     inferkit::put_code(bytes.data(), static_cast<inferkit::Index>(i), inferkit::encode(x[i], p, s), s.bits);
   }
   for (std::size_t i = 0; i < x.size(); ++i) {
-    const float back = inferkit::decode(inferkit::get_code(bytes.data(), static_cast<inferkit::Index>(i), s.bits), p, s);
+    const float back =
+        inferkit::decode(inferkit::get_code(bytes.data(), static_cast<inferkit::Index>(i), s.bits), p, s);
     const double err = std::abs(double(back) - double(x[i]));
     if (step == 0) {
       if (err != 0) return INFINITY;
@@ -66,7 +67,8 @@ TEST_CASE("packed codes round-trip at every bit width", "[kv][quant]") {
   for (int bits : {8, 4, 2}) {
     std::vector<std::uint8_t> bytes(64, 0xAA);
     for (int i = 0; i < 64 * 8 / bits; ++i) inferkit::put_code(bytes.data(), i, (i * 7 + 3) % (1 << bits), bits);
-    for (int i = 0; i < 64 * 8 / bits; ++i) CHECK(inferkit::get_code(bytes.data(), i, bits) == (i * 7 + 3) % (1 << bits));
+    for (int i = 0; i < 64 * 8 / bits; ++i)
+      CHECK(inferkit::get_code(bytes.data(), i, bits) == (i * 7 + 3) % (1 << bits));
   }
 }
 
@@ -77,7 +79,8 @@ TEST_CASE("quantizing NaN or infinity is rejected", "[kv][quant][errors]") {
   x[1] = INFINITY;
   CHECK_THROWS_AS(inferkit::choose_params(x.data(), 4, 1, s), std::invalid_argument);
   CHECK_THROWS_WITH(inferkit::validate_quant_spec(QuantSpec{3, true, 32}, "keys"), Catch::Contains("keys.bits = 3"));
-  CHECK_THROWS_WITH(inferkit::validate_quant_spec(QuantSpec{4, true, 3}, "values"), Catch::Contains("values.group_size = 3"));
+  CHECK_THROWS_WITH(inferkit::validate_quant_spec(QuantSpec{4, true, 3}, "values"),
+                    Catch::Contains("values.group_size = 3"));
 }
 
 // Regressions from tests/fuzz/fuzz_quant_codec: an append the cache rejects must leave it as it
@@ -99,7 +102,8 @@ TEST_CASE("a rejected append leaves the quantized cache unchanged", "[kv][quant]
     for (int i = 0; i < 3; ++i) CHECK_NOTHROW(c.append(0, {row.data(), 1, 1, 4}, {row.data(), 1, 1, 4}));
     CHECK(c.length(0) == 3);
     for (int t = 0; t < 3; ++t)
-      for (int j = 0; j < 4; ++j) CHECK(row_of(c, t)[static_cast<std::size_t>(j)] == Approx(row[static_cast<std::size_t>(j)]).margin(0.02));
+      for (int j = 0; j < 4; ++j)
+        CHECK(row_of(c, t)[static_cast<std::size_t>(j)] == Approx(row[static_cast<std::size_t>(j)]).margin(0.02));
   }
   SECTION("a per-channel group whose range overflows binary16 only with the new token") {
     // 2-bit asymmetric groups of 2 tokens: -65000 and 140000 are each fine alone, but together

@@ -40,7 +40,8 @@ std::vector<Scheme> schemes(Index page) {
   return {{"int8", {int8, int8}},
           {"int4", {int4, int4}},
           {"kivi4", {QuantSpec{4, false, page, QuantAxis::kPerChannel, 0}, int4}},
-          {"kivi2", {QuantSpec{2, false, half, QuantAxis::kPerChannel, 0}, QuantSpec{2, false, 32, QuantAxis::kPerToken, 0}}}};
+          {"kivi2",
+           {QuantSpec{2, false, half, QuantAxis::kPerChannel, 0}, QuantSpec{2, false, 32, QuantAxis::kPerToken, 0}}}};
 }
 
 // Token rows [tokens, kv_heads, d] of a sequence for each layer (seeded by sequence and layer).
@@ -48,13 +49,20 @@ struct Seq {
   std::vector<std::vector<float>> k, v;
   Seq(Index tokens, std::uint32_t seed) {
     for (Index l = 0; l < kLayers; ++l) {
-      k.push_back(test::random_normal(static_cast<std::size_t>(tokens * kHkv * kD), seed * 10 + static_cast<std::uint32_t>(l)));
-      v.push_back(test::random_normal(static_cast<std::size_t>(tokens * kHkv * kD), seed * 10 + 5 + static_cast<std::uint32_t>(l)));
-      for (Index t = 0; t < tokens; ++t) k.back()[static_cast<std::size_t>((t * kHkv) * kD + 3)] *= 12.0f;  // an outlier channel
+      k.push_back(
+          test::random_normal(static_cast<std::size_t>(tokens * kHkv * kD), seed * 10 + static_cast<std::uint32_t>(l)));
+      v.push_back(test::random_normal(static_cast<std::size_t>(tokens * kHkv * kD),
+                                      seed * 10 + 5 + static_cast<std::uint32_t>(l)));
+      for (Index t = 0; t < tokens; ++t)
+        k.back()[static_cast<std::size_t>((t * kHkv) * kD + 3)] *= 12.0f;  // an outlier channel
     }
   }
-  inferkit::Tensor3View<const float> keys(Index l, Index from, Index n) const { return {k[l].data() + from * kHkv * kD, n, kHkv, kD}; }
-  inferkit::Tensor3View<const float> values(Index l, Index from, Index n) const { return {v[l].data() + from * kHkv * kD, n, kHkv, kD}; }
+  inferkit::Tensor3View<const float> keys(Index l, Index from, Index n) const {
+    return {k[l].data() + from * kHkv * kD, n, kHkv, kD};
+  }
+  inferkit::Tensor3View<const float> values(Index l, Index from, Index n) const {
+    return {v[l].data() + from * kHkv * kD, n, kHkv, kD};
+  }
 };
 
 template <class Table>
@@ -113,7 +121,9 @@ struct FloatMirror {
   Index num_blocks() const { return static_cast<Index>(sizes.size()); }
   inferkit::KvBlock<inferkit::DenseRows<float>, inferkit::DenseRows<float>> block(Index h, Index b) const {
     const auto i = static_cast<std::size_t>(h * num_blocks() + b);
-    return {sizes[static_cast<std::size_t>(b)], {k[i].data(), dim}, {v[i].data(), dim},
+    return {sizes[static_cast<std::size_t>(b)],
+            {k[i].data(), dim},
+            {v[i].data(), dim},
             inferkit::TokenPositions{nullptr, static_cast<std::int32_t>(firsts[static_cast<std::size_t>(b)])}};
   }
 };
@@ -122,7 +132,8 @@ struct FloatMirror {
 // (fixed key tiles) and batch-invariant decode are bitwise equal; default decode (page-sized
 // tiles, codes dequantized in registers) is bitwise equal to float rows of the decoded values
 // in the same blocks, and close to the dense cache.
-void check_equal(const inferkit::BlockTable<QuantizedKv>& table, const inferkit::QuantizedKvCache& dense, Index /*page*/) {
+void check_equal(const inferkit::BlockTable<QuantizedKv>& table, const inferkit::QuantizedKvCache& dense,
+                 Index /*page*/) {
   REQUIRE(table.num_tokens() == dense.length(0));
   inferkit::AttentionOptions inv;
   inv.batch_invariant = true;
@@ -206,9 +217,11 @@ TEST_CASE("paged int8 / int4 / KIVI attention equals the dense quantized cache b
   }
 }
 
-TEST_CASE("per-channel keys: rejected tokens are dropped and their groups refilled, never re-quantized", "[kv][paged][quantized]") {
+TEST_CASE("per-channel keys: rejected tokens are dropped and their groups refilled, never re-quantized",
+          "[kv][paged][quantized]") {
   const Index page = 8, group = 4, tokens = 30;
-  const KvQuantConfig q{QuantSpec{4, false, group, QuantAxis::kPerChannel, 0}, QuantSpec{8, true, 32, QuantAxis::kPerToken, 0}};
+  const KvQuantConfig q{QuantSpec{4, false, group, QuantAxis::kPerChannel, 0},
+                        QuantSpec{8, true, 32, QuantAxis::kPerToken, 0}};
   inferkit::BlockPool<QuantizedKv> pool(config(page, 16, q));
   const Seq x(tokens, 3), y(tokens, 4);
   // Into the group filling, the group quantized last, a group boundary, a page boundary, and as
@@ -226,18 +239,22 @@ TEST_CASE("per-channel keys: rejected tokens are dropped and their groups refill
   }
   inferkit::BlockTable<QuantizedKv> t(pool);
   append(t, x, 0, tokens, 5);  // groups [0, 28) quantized, the history holds [12, 28)
-  CHECK_THROWS_WITH(t.truncate(11), Catch::Contains("n = 11") && Catch::Contains("layer 0") && Catch::Contains("from 12"));
+  CHECK_THROWS_WITH(t.truncate(11),
+                    Catch::Contains("n = 11") && Catch::Contains("layer 0") && Catch::Contains("from 12"));
   CHECK(t.num_tokens() == tokens);  // nothing changed
   t.truncate(13);
   CHECK_THROWS_WITH(t.truncate(7), Catch::Contains("n = 7"));
   // Per-channel keys are written in order, and not rewritten once their group is quantized.
   REQUIRE(t.reserve(3));
   t.commit(3);
-  CHECK_THROWS_WITH(t.write_at(0, 14, x.keys(0, 0, 1), x.values(0, 0, 1)), Catch::Contains("token = 14") && Catch::Contains("token order"));
-  CHECK_THROWS_WITH(t.write_at(0, 10, x.keys(0, 0, 1), x.values(0, 0, 1)), Catch::Contains("token = 10") && Catch::Contains("quantized already"));
+  CHECK_THROWS_WITH(t.write_at(0, 14, x.keys(0, 0, 1), x.values(0, 0, 1)),
+                    Catch::Contains("token = 14") && Catch::Contains("token order"));
+  CHECK_THROWS_WITH(t.write_at(0, 10, x.keys(0, 0, 1), x.values(0, 0, 1)),
+                    Catch::Contains("token = 10") && Catch::Contains("quantized already"));
 }
 
-TEST_CASE("quantized pool: exact bytes per page, tokens per GiB, spec errors name the parameter", "[kv][paged][quantized]") {
+TEST_CASE("quantized pool: exact bytes per page, tokens per GiB, spec errors name the parameter",
+          "[kv][paged][quantized]") {
   const QuantSpec int8{8, true, 32, QuantAxis::kPerToken, 0}, int4{4, false, 32, QuantAxis::kPerToken, 0};
   // Per (layer, head, token): int8 d 64 = 64 code bytes + 2 groups x 4 parameter bytes, K and V.
   inferkit::BlockPool<QuantizedKv> p8(config(16, 10, {int8, int8}));
@@ -261,15 +278,20 @@ TEST_CASE("quantized pool: exact bytes per page, tokens per GiB, spec errors nam
     c.quant = q;
     inferkit::BlockPool<QuantizedKv> p(c);
   };
-  CHECK_THROWS_WITH(bad({QuantSpec{4, false, 32, QuantAxis::kPerChannel, 0}, int4}, 16), Catch::Contains("page_size = 16") && Catch::Contains("keys.group_size"));
-  CHECK_THROWS_WITH(bad({QuantSpec{4, false, 32, QuantAxis::kPerChannel, 32}, int4}, 32), Catch::Contains("keys.residual = 32"));
-  CHECK_THROWS_WITH(bad({int8, QuantSpec{8, true, 32, QuantAxis::kPerToken, 4}}, 16), Catch::Contains("values.residual = 4"));
-  CHECK_THROWS_WITH(bad({int8, QuantSpec{4, false, 16, QuantAxis::kPerChannel, 0}}, 16), Catch::Contains("values.axis"));
+  CHECK_THROWS_WITH(bad({QuantSpec{4, false, 32, QuantAxis::kPerChannel, 0}, int4}, 16),
+                    Catch::Contains("page_size = 16") && Catch::Contains("keys.group_size"));
+  CHECK_THROWS_WITH(bad({QuantSpec{4, false, 32, QuantAxis::kPerChannel, 32}, int4}, 32),
+                    Catch::Contains("keys.residual = 32"));
+  CHECK_THROWS_WITH(bad({int8, QuantSpec{8, true, 32, QuantAxis::kPerToken, 4}}, 16),
+                    Catch::Contains("values.residual = 4"));
+  CHECK_THROWS_WITH(bad({int8, QuantSpec{4, false, 16, QuantAxis::kPerChannel, 0}}, 16),
+                    Catch::Contains("values.axis"));
   CHECK_THROWS_WITH(bad({int8, int8}, 16, 48), Catch::Contains("head_dim = 48"));
   CHECK_THROWS_WITH(bad({QuantSpec{3, true, 32, QuantAxis::kPerToken, 0}, int8}, 16), Catch::Contains("keys.bits = 3"));
 }
 
-TEST_CASE("the context identity includes the KV encoding: a float request never matches int8 pages", "[kv][trie][quantized]") {
+TEST_CASE("the context identity includes the KV encoding: a float request never matches int8 pages",
+          "[kv][trie][quantized]") {
   const QuantSpec int8{8, true, 32, QuantAxis::kPerToken, 0};
   inferkit::BlockPool<QuantizedKv> pool(config(4, 8, {int8, int8}));
   inferkit::PrefixTrie<QuantizedKv> trie(pool);

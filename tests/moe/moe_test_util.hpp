@@ -103,7 +103,8 @@ inline std::vector<double> ref_combine(const inferkit::Routing& r, const std::ve
   for (Index t = 0; t < r.num_tokens; ++t)
     for (Index s = r.token_offsets[t]; s < r.token_offsets[t + 1]; ++s)
       if (r.expert_ids[s] != inferkit::kDroppedExpert)
-        for (Index i = 0; i < d; ++i) out[std::size_t(t * d + i)] += double(r.weights[s]) * slot_out[std::size_t(s)][std::size_t(i)];
+        for (Index i = 0; i < d; ++i)
+          out[std::size_t(t * d + i)] += double(r.weights[s]) * slot_out[std::size_t(s)][std::size_t(i)];
   return out;
 }
 

@@ -63,7 +63,8 @@ MoeStats ref_stats(const Routing& before, const std::vector<std::int32_t>& after
   st.dropped_assignments = st.routed_assignments - st.kept_assignments;
   for (Index t = 0; t < before.num_tokens; ++t) {
     int lost = 0, had = 0;
-    for (Index s = before.token_offsets[t]; s < before.token_offsets[t + 1]; ++s) ++had, lost += after[s] == kDroppedExpert;
+    for (Index s = before.token_offsets[t]; s < before.token_offsets[t + 1]; ++s)
+      ++had, lost += after[s] == kDroppedExpert;
     st.tokens_with_drops += lost > 0;
     st.dropped_tokens += had > 0 && lost == had;
   }
@@ -110,9 +111,9 @@ Routing manual(Index E, const std::vector<std::vector<std::int32_t>>& ids, const
 TEST_CASE("expert_capacity: C = ceil(cf * T * k / E); cf <= 0 is dropless", "[moe][capacity]") {
   CHECK(inferkit::expert_capacity(1.0, 10 * 2, 4) == 5);
   CHECK(inferkit::expert_capacity(1.25, 4096 * 8, 64) == 640);
-  CHECK(inferkit::expert_capacity(0.5, 3 * 1, 2) == 1);   // ceil(0.75)
-  CHECK(inferkit::expert_capacity(1.0, 0, 8) == 0);       // T = 0
-  CHECK(inferkit::expert_capacity(2.0, 7, 1) == 14);      // E = 1
+  CHECK(inferkit::expert_capacity(0.5, 3 * 1, 2) == 1);  // ceil(0.75)
+  CHECK(inferkit::expert_capacity(1.0, 0, 8) == 0);      // T = 0
+  CHECK(inferkit::expert_capacity(2.0, 7, 1) == 14);     // E = 1
   CHECK(inferkit::expert_capacity(0.0, 100, 4) == inferkit::kDropless);
   CHECK(inferkit::expert_capacity(-1.0, 100, 4) == inferkit::kDropless);
   CHECK_THROWS_WITH(inferkit::expert_capacity(std::nan(""), 1, 1), Catch::Contains("capacity_factor"));
@@ -210,7 +211,8 @@ TEST_CASE("apply_capacity: edge cases (C = 0, k = E, T = 0, E = 1, empty experts
   CHECK(st.aux_loss == Approx(E * p0));
 }
 
-TEST_CASE("apply_capacity: balanced routing gives aux loss exactly 1 whatever P (Switch's minimum)", "[moe][capacity]") {
+TEST_CASE("apply_capacity: balanced routing gives aux loss exactly 1 whatever P (Switch's minimum)",
+          "[moe][capacity]") {
   const int E = 8, T = 64;
   auto logits = normal(T * E, 61, 0.3f);
   for (int t = 0; t < T; ++t) logits[t * E + t % E] += 10.0f;  // token t prefers expert t mod E
@@ -230,8 +232,13 @@ TEST_CASE("apply_capacity: rerouting moves dropped slots to the next best expert
   for (auto scoring : {RouterScoring::softmax_topk, RouterScoring::topk_softmax, RouterScoring::sigmoid}) {
     for (int groups : {1, 2}) {
       for (auto policy : {OverflowPolicy::arrival_order, OverflowPolicy::priority}) {
-        RouterOptions ro{.top_k = 2, .scoring = scoring, .renormalize = scoring == RouterScoring::sigmoid,
-                         .routed_scaling_factor = 1.5f, .selection_bias = bias, .num_groups = groups, .topk_groups = 1};
+        RouterOptions ro{.top_k = 2,
+                         .scoring = scoring,
+                         .renormalize = scoring == RouterScoring::sigmoid,
+                         .routed_scaling_factor = 1.5f,
+                         .selection_bias = bias,
+                         .num_groups = groups,
+                         .topk_groups = 1};
         Routing r;
         inferkit::route(view(logits, T, E), ro, r);
         const Routing before = r;

@@ -85,7 +85,8 @@ TEST_CASE("dispatch -> experts -> combine equals the fp64 weighted sum per token
           for (int i = 0; i < d; ++i) REQUIRE(rows[row * d + i] == x[c.plan.row_tokens()[row] * d + i]);
         experts(c.plan, rows, y, d);
         std::vector<float> out(std::size_t(T * d), 0.25f);
-        inferkit::combine(c.plan, view(y, c.plan.num_rows(), d), MatrixView<float>(out.data(), T, d), {.accumulate = acc});
+        inferkit::combine(c.plan, view(y, c.plan.num_rows(), d), MatrixView<float>(out.data(), T, d),
+                          {.accumulate = acc});
         // Reference: per slot, the expert transform applied to the token row in double.
         std::vector<std::vector<double>> slot_out(std::size_t(c.routing.num_slots()));
         for (Index s = 0; s < c.routing.num_slots(); ++s) {
@@ -122,17 +123,20 @@ TEST_CASE("identity experts: the round trip returns x times the token's kept wei
   }
 }
 
-TEST_CASE("dispatch / combine: bitwise independent of threads and of splitting the tokens into calls", "[moe][dispatch][threads]") {
+TEST_CASE("dispatch / combine: bitwise independent of threads and of splitting the tokens into calls",
+          "[moe][dispatch][threads]") {
   const int T = 301, E = 16, k = 4, d = 67;
   const auto logits = normal(std::size_t(T * E), 91);
   const auto x = normal(std::size_t(T * d), 92);
   const auto run = [&](int t0, int t1, int threads) {
     const int n = t1 - t0;
     Routing r;
-    inferkit::route(MatrixView<const float>(logits.data() + t0 * E, n, E), {.top_k = k, .renormalize = true, .threads = threads}, r);
+    inferkit::route(MatrixView<const float>(logits.data() + t0 * E, n, E),
+                    {.top_k = k, .renormalize = true, .threads = threads}, r);
     DispatchPlan p(r);
     std::vector<float> rows(std::size_t(p.num_rows() * d)), y, out(std::size_t(n * d));
-    inferkit::dispatch(p, MatrixView<const float>(x.data() + t0 * d, n, d), MatrixView<float>(rows.data(), p.num_rows(), d), threads);
+    inferkit::dispatch(p, MatrixView<const float>(x.data() + t0 * d, n, d),
+                       MatrixView<float>(rows.data(), p.num_rows(), d), threads);
     experts(p, rows, y, d);
     inferkit::combine(p, view(y, p.num_rows(), d), MatrixView<float>(out.data(), n, d), {.threads = threads});
     return out;
@@ -145,7 +149,8 @@ TEST_CASE("dispatch / combine: bitwise independent of threads and of splitting t
   CHECK(same_bits(whole1, a));
 }
 
-TEST_CASE("dispatch / combine: empty experts, T = 0, everything dropped, E = 1, other element types", "[moe][dispatch]") {
+TEST_CASE("dispatch / combine: empty experts, T = 0, everything dropped, E = 1, other element types",
+          "[moe][dispatch]") {
   const int d = 8;
   // T = 0.
   Routing r;
@@ -163,7 +168,8 @@ TEST_CASE("dispatch / combine: empty experts, T = 0, everything dropped, E = 1, 
   CHECK(p.num_rows() == 0);
   for (int e = 0; e < 4; ++e) CHECK(p.expert_rows(e) == 0);
   std::vector<float> out(5 * d, 3.0f);
-  inferkit::combine(p, MatrixView<const float>(nullptr, 0, d), MatrixView<float>(out.data(), 5, d), {.accumulate = true});
+  inferkit::combine(p, MatrixView<const float>(nullptr, 0, d), MatrixView<float>(out.data(), 5, d),
+                    {.accumulate = true});
   CHECK(out == std::vector<float>(5 * d, 3.0f));
   inferkit::combine(p, MatrixView<const float>(nullptr, 0, d), MatrixView<float>(out.data(), 5, d));
   CHECK(out == std::vector<float>(5 * d, 0.0f));
@@ -189,15 +195,20 @@ TEST_CASE("dispatch / combine: shape errors name the parameter", "[moe][dispatch
   Case c = make_case(10, 4, 2, 0.0, 7);
   const int d = 4;
   std::vector<float> x(10 * d), rows(std::size_t(c.plan.num_rows() * d)), out(10 * d);
-  CHECK_THROWS_WITH(inferkit::dispatch(c.plan, MatrixView<const float>(x.data(), 9, d), MatrixView<float>(rows.data(), c.plan.num_rows(), d)),
+  CHECK_THROWS_WITH(inferkit::dispatch(c.plan, MatrixView<const float>(x.data(), 9, d),
+                                       MatrixView<float>(rows.data(), c.plan.num_rows(), d)),
                     Catch::Contains("tokens.rows() = 9"));
-  CHECK_THROWS_WITH(inferkit::dispatch(c.plan, MatrixView<const float>(x.data(), 10, d), MatrixView<float>(rows.data(), 3, d)),
-                    Catch::Contains("rows.rows() = 3"));
-  CHECK_THROWS_WITH(inferkit::dispatch(c.plan, MatrixView<const float>(x.data(), 10, d), MatrixView<float>(rows.data(), c.plan.num_rows(), 2)),
+  CHECK_THROWS_WITH(
+      inferkit::dispatch(c.plan, MatrixView<const float>(x.data(), 10, d), MatrixView<float>(rows.data(), 3, d)),
+      Catch::Contains("rows.rows() = 3"));
+  CHECK_THROWS_WITH(inferkit::dispatch(c.plan, MatrixView<const float>(x.data(), 10, d),
+                                       MatrixView<float>(rows.data(), c.plan.num_rows(), 2)),
                     Catch::Contains("rows.cols() = 2"));
-  CHECK_THROWS_WITH(inferkit::combine(c.plan, MatrixView<const float>(rows.data(), 3, d), MatrixView<float>(out.data(), 10, d)),
-                    Catch::Contains("expert_out.rows() = 3"));
-  CHECK_THROWS_WITH(inferkit::combine(c.plan, MatrixView<const float>(rows.data(), c.plan.num_rows(), d), MatrixView<float>(out.data(), 8, d)),
+  CHECK_THROWS_WITH(
+      inferkit::combine(c.plan, MatrixView<const float>(rows.data(), 3, d), MatrixView<float>(out.data(), 10, d)),
+      Catch::Contains("expert_out.rows() = 3"));
+  CHECK_THROWS_WITH(inferkit::combine(c.plan, MatrixView<const float>(rows.data(), c.plan.num_rows(), d),
+                                      MatrixView<float>(out.data(), 8, d)),
                     Catch::Contains("out.rows() = 8"));
   Routing bad = c.routing;
   bad.expert_ids[0] = 9;

@@ -45,7 +45,8 @@ void check_against_reference(const std::vector<float>& logits, int T, int E, con
 
 }  // namespace
 
-TEST_CASE("route: every scoring mode, renormalization, scaling, bias and group limit match the fp64 reference", "[moe][router]") {
+TEST_CASE("route: every scoring mode, renormalization, scaling, bias and group limit match the fp64 reference",
+          "[moe][router]") {
   const int T = 37, E = 16;
   const auto logits = normal(T * E, 3, 2.0f);
   const auto bias = normal(E, 4, 0.3f);
@@ -62,7 +63,8 @@ TEST_CASE("route: every scoring mode, renormalization, scaling, bias and group l
               o.topk_groups = 2;
               o.group_score_experts = biased ? 2 : 1;
             }
-            INFO("scoring " << int(scoring) << " renorm " << renorm << " bias " << biased << " groups " << groups << " k " << k);
+            INFO("scoring " << int(scoring) << " renorm " << renorm << " bias " << biased << " groups " << groups
+                            << " k " << k);
             check_against_reference(logits, T, E, o);
           }
         }
@@ -109,7 +111,10 @@ TEST_CASE("route: the sigmoid selection bias picks experts but does not change w
   CHECK(r.weights[0] == Approx(1.0 / (1.0 + std::exp(1.0))));
   CHECK(r.weights[1] == Approx(1.0 / (1.0 + std::exp(-2.0))));
   inferkit::route(view(logits, 1, E),
-                  {.top_k = 2, .scoring = RouterScoring::sigmoid, .renormalize = true, .routed_scaling_factor = 2.5f,
+                  {.top_k = 2,
+                   .scoring = RouterScoring::sigmoid,
+                   .renormalize = true,
+                   .routed_scaling_factor = 2.5f,
                    .selection_bias = bias},
                   r);
   const double s3 = 1.0 / (1.0 + std::exp(1.0)), s0 = 1.0 / (1.0 + std::exp(-2.0));
@@ -122,11 +127,15 @@ TEST_CASE("route: DeepSeek-V3 groups score the sum of their top-2, not their max
   const std::vector<float> logits = {3.0f, -4.0f, -4.0f, 2.0f, 2.0f, -4.0f};
   const std::vector<float> zero(6, 0.0f);
   Routing r;
-  RouterOptions o{.top_k = 2, .scoring = RouterScoring::sigmoid, .selection_bias = zero, .num_groups = 2,
-                  .topk_groups = 1, .group_score_experts = 2};
+  RouterOptions o{.top_k = 2,
+                  .scoring = RouterScoring::sigmoid,
+                  .selection_bias = zero,
+                  .num_groups = 2,
+                  .topk_groups = 1,
+                  .group_score_experts = 2};
   inferkit::route(view(logits, 1, 6), o, r);
   CHECK(r.expert_ids == std::vector<std::int32_t>{3, 4});  // 0.881 + 0.881 > 0.953 + 0.018
-  o.group_score_experts = 1;                                // the max (DeepSeek-V2, no bias)
+  o.group_score_experts = 1;                               // the max (DeepSeek-V2, no bias)
   inferkit::route(view(logits, 1, 6), o, r);
   CHECK(r.expert_ids == std::vector<std::int32_t>{0, 1});
 }
@@ -164,7 +173,8 @@ TEST_CASE("route: T = 0 gives an empty routing; -inf logits are allowed", "[moe]
   CHECK(r.weights[2] == 0.0f);
 }
 
-TEST_CASE("route: NaN and +inf logits and all -inf rows are errors naming the token and expert", "[moe][router][errors]") {
+TEST_CASE("route: NaN and +inf logits and all -inf rows are errors naming the token and expert",
+          "[moe][router][errors]") {
   const int T = 300, E = 8;  // several chunks, so the parallel path reports the first bad entry
   for (int threads : {1, 2}) {
     auto logits = normal(T * E, 9);
@@ -206,7 +216,8 @@ TEST_CASE("route: bad options name the parameter", "[moe][router][errors]") {
   fails({.num_groups = 4, .topk_groups = 5}, "topk_groups = 5");
   fails({.top_k = 3, .num_groups = 4, .topk_groups = 1}, "topk_groups = 1");
   fails({.num_groups = 4, .topk_groups = 2, .group_score_experts = 3}, "group_score_experts = 3");
-  CHECK_THROWS_WITH(inferkit::route(inferkit::MatrixView<const float>(nullptr, 0, 0), {}, r), Catch::Contains("logits.cols()"));
+  CHECK_THROWS_WITH(inferkit::route(inferkit::MatrixView<const float>(nullptr, 0, 0), {}, r),
+                    Catch::Contains("logits.cols()"));
   CHECK_THROWS_WITH(inferkit::route_expert_choice(view(logits, 4, 8), {.capacity_factor = 0.0}, r),
                     Catch::Contains("capacity_factor = 0"));
 }
@@ -216,8 +227,8 @@ TEST_CASE("route: bitwise independent of the thread count", "[moe][router][threa
   const auto logits = normal(T * E, 21, 1.5f);
   const auto bias = normal(E, 22, 0.1f);
   for (auto scoring : {RouterScoring::softmax_topk, RouterScoring::sigmoid}) {
-    RouterOptions o{.top_k = 8, .scoring = scoring, .renormalize = true, .selection_bias = bias, .num_groups = 8,
-                    .topk_groups = 4};
+    RouterOptions o{
+        .top_k = 8, .scoring = scoring, .renormalize = true, .selection_bias = bias, .num_groups = 8, .topk_groups = 4};
     Routing one, two;
     o.threads = 1;
     inferkit::route(view(logits, T, E), o, one);
@@ -236,7 +247,8 @@ TEST_CASE("route: bitwise independent of the thread count", "[moe][router][threa
   }
 }
 
-TEST_CASE("route_expert_choice: each expert takes its top-C tokens (reference), ties to the lowest token", "[moe][router]") {
+TEST_CASE("route_expert_choice: each expert takes its top-C tokens (reference), ties to the lowest token",
+          "[moe][router]") {
   const int T = 50, E = 6;
   const auto logits = normal(T * E, 31);
   for (double cf : {0.5, 1.0, 2.0, 100.0}) {

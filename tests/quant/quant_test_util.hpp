@@ -74,8 +74,10 @@ inline float f16_down(float v) {
     float best = 0;
     for (std::uint16_t b = 0; b < 0x7C00; ++b) {
       const float f = inferkit::to_float(inferkit::Float16{b});
-      if (f <= v) best = f;
-      else break;
+      if (f <= v)
+        best = f;
+      else
+        break;
     }
     return best;
   }

@@ -66,6 +66,8 @@ TEST_CASE("error report: SmoothQuant with calibration statistics from another ba
   const auto rep = inferkit::quantization_error_report(x.view(), w.view(), {.calibration_abs_max = st.abs_max()}, only);
   REQUIRE(rep.size() == 2);
   CHECK(rep[0].relative_error < rep[1].relative_error);
-  CHECK_THROWS_WITH(inferkit::quantization_error_report(x.view(), w.view(), {.calibration_abs_max = std::span<const float>(st.abs_max().data(), 3)}, only),
-                    Catch::Contains("calibration_abs_max.size() = 3"));
+  CHECK_THROWS_WITH(
+      inferkit::quantization_error_report(
+          x.view(), w.view(), {.calibration_abs_max = std::span<const float>(st.abs_max().data(), 3)}, only),
+      Catch::Contains("calibration_abs_max.size() = 3"));
 }

@@ -43,7 +43,7 @@ TEST_CASE("int4 weights: groups follow the KV codecs' rounding rules, tails incl
       for (auto [rows, cols] : {std::pair<long, long>{3, 64}, {2, 100}, {4, 31}, {1, 200}, {5, 1}}) {
         Mat w = quant_test::normal(rows, cols, 11, 0.3f);
         if (cols >= 40) {
-          for (long k = 0; k < 32; ++k) w(0, k) = 0.0f;   // a zero group
+          for (long k = 0; k < 32; ++k) w(0, k) = 0.0f;         // a zero group
           for (long k = 0; k < 32; ++k) w(1 % rows, k) = 0.7f;  // a constant group
         }
         w(rows - 1, cols - 1) = 900.0f;  // an extreme value in the last (maybe partial) group

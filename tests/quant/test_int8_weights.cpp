@@ -11,7 +11,7 @@ TEST_CASE("int8 weights: per-channel scale and codes follow the symmetric rule",
   for (auto [rows, cols] : {std::pair<long, long>{1, 1}, {5, 7}, {16, 64}, {33, 130}, {17, 3}}) {
     Mat w = quant_test::normal(rows, cols, 7, 0.5f);
     if (rows > 2) {
-      for (long k = 0; k < cols; ++k) w(1, k) = 0.0f;  // an all-zero channel
+      for (long k = 0; k < cols; ++k) w(1, k) = 0.0f;   // an all-zero channel
       for (long k = 0; k < cols; ++k) w(2, k) = -3.5f;  // a constant channel
     }
     const inferkit::Int8Weights q(w.view());

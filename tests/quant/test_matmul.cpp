@@ -20,7 +20,8 @@ std::vector<inferkit::QuantKernel> kernels() {
 // to zero and left out of the scale), exact integer sums, the float epilogue, then the
 // outlier columns' fp32 contributions in ascending order.
 std::vector<float> reference_w8a8(const Mat& x, const inferkit::Int8Weights& w, bool per_tensor,
-                                  const std::vector<long>& outliers, const Mat* wf, std::vector<double>* magnitude = nullptr) {
+                                  const std::vector<long>& outliers, const Mat* wf,
+                                  std::vector<double>* magnitude = nullptr) {
   const long M = x.rows, K = x.cols, N = w.rows();
   Mat kept = x;
   for (long m = 0; m < M; ++m)
@@ -60,11 +61,13 @@ constexpr bool kFusedAxpy = false;
 
 // Exact where the build fuses the multiply-adds; otherwise within the rounding of the unfused
 // products and sums (two roundings per term) of the outlier part.
-void check_close(const std::vector<float>& y, const std::vector<float>& ref, const std::vector<double>& mag, std::size_t terms,
-                 bool exact) {
+void check_close(const std::vector<float>& y, const std::vector<float>& ref, const std::vector<double>& mag,
+                 std::size_t terms, bool exact) {
   for (std::size_t i = 0; i < y.size(); ++i) {
-    if (exact) REQUIRE(y[i] == ref[i]);
-    else REQUIRE(std::abs(double(y[i]) - ref[i]) <= 4.0 * (terms + 1) * kEps * mag[i]);
+    if (exact)
+      REQUIRE(y[i] == ref[i]);
+    else
+      REQUIRE(std::abs(double(y[i]) - ref[i]) <= 4.0 * (terms + 1) * kEps * mag[i]);
   }
 }
 
@@ -85,16 +88,17 @@ TEST_CASE("W8A8 matmul equals the written-out integer product on every path, tai
           INFO(M << " x " << N << " x " << K << (per_tensor ? " per-tensor" : " per-token") << " on "
                  << inferkit::quant_kernel_name(k));
           Mat y(M, N, -7.0f);
-          const auto st = inferkit::matmul(x.view(), q, y.mut(),
-                                           {.scale = per_tensor ? inferkit::ActivationScale::kPerTensor
-                                                                : inferkit::ActivationScale::kPerToken,
-                                            .kernel = k});
+          const auto st = inferkit::matmul(
+              x.view(), q, y.mut(),
+              {.scale = per_tensor ? inferkit::ActivationScale::kPerTensor : inferkit::ActivationScale::kPerToken,
+               .kernel = k});
           CHECK(st.outlier_columns == 0);
           REQUIRE(y.v == ref);
           // Semantics: the W8A8 error stays within half an activation step and half a weight step per term.
           for (long m = 0; m < M; ++m)
             for (long n = 0; n < N; ++n) {
-              const float sx = per_tensor ? quant_test::amax(x.v.data(), M * K) / 127.0f : quant_test::amax(x.row(m), K) / 127.0f;
+              const float sx =
+                  per_tensor ? quant_test::amax(x.v.data(), M * K) / 127.0f : quant_test::amax(x.row(m), K) / 127.0f;
               double bound = 0;
               for (long kk = 0; kk < K; ++kk)
                 bound += 0.5 * sx * std::abs(w(n, kk)) + 0.5 * q.scale(n) * (std::abs(x(m, kk)) + 0.5 * sx);

@@ -10,7 +10,8 @@ using quant_test::Mat;
 
 namespace {
 
-const std::vector<std::pair<long, long>> kShapes = {{1, 1}, {3, 5}, {17, 33}, {40, 130}, {16, 64}, {33, 257}, {70, 1000}};
+const std::vector<std::pair<long, long>> kShapes = {{1, 1},   {3, 5},    {17, 33},  {40, 130},
+                                                    {16, 64}, {33, 257}, {70, 1000}};
 
 std::vector<inferkit::QuantKernel> kernels() {
   auto k = inferkit::available_quant_kernels();
@@ -50,7 +51,8 @@ TEST_CASE("int8 matvec, float activations: fp64 reference on every path", "[quan
         // Semantics: within half a weight step per feature of the float product.
         double exact = 0;
         for (long k2 = 0; k2 < cols; ++k2) exact += double(w(n, k2)) * x[static_cast<std::size_t>(k2)];
-        CHECK(std::abs(y[static_cast<std::size_t>(n)] - exact) <= 0.5 * q.scale(n) * xabs * (1 + 1e-5) + (cols + 4) * kEps * mag);
+        CHECK(std::abs(y[static_cast<std::size_t>(n)] - exact) <=
+              0.5 * q.scale(n) * xabs * (1 + 1e-5) + (cols + 4) * kEps * mag);
       }
     }
   }
@@ -64,7 +66,8 @@ TEST_CASE("int4 matvec, float activations: fp64 reference on every path", "[quan
         const inferkit::Int4Weights q(w.view(), {gs, sym});
         const auto x = activations(cols, 6);
         for (auto k : kernels()) {
-          INFO(rows << " x " << cols << " group " << gs << (sym ? " sym" : " asym") << " on " << inferkit::quant_kernel_name(k));
+          INFO(rows << " x " << cols << " group " << gs << (sym ? " sym" : " asym") << " on "
+                    << inferkit::quant_kernel_name(k));
           std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
           inferkit::matvec(q, x, y, {.kernel = k});
           for (long n = 0; n < rows; ++n) {
@@ -96,10 +99,12 @@ TEST_CASE("int4 matvec, int8 activations per 32-block: reference of the block fo
           const long k0 = b * 32, len = std::min(cols, k0 + 32) - k0;
           d[static_cast<std::size_t>(b)] = quant_test::amax(x.data() + k0, len) / 127.0f;
           for (long i = 0; i < len; ++i)
-            qx[static_cast<std::size_t>(k0 + i)] = quant_test::sym_code(x[static_cast<std::size_t>(k0 + i)], d[static_cast<std::size_t>(b)], 127);
+            qx[static_cast<std::size_t>(k0 + i)] =
+                quant_test::sym_code(x[static_cast<std::size_t>(k0 + i)], d[static_cast<std::size_t>(b)], 127);
         }
         for (auto k : kernels()) {
-          INFO(rows << " x " << cols << " group " << gs << (sym ? " sym" : " asym") << " on " << inferkit::quant_kernel_name(k));
+          INFO(rows << " x " << cols << " group " << gs << (sym ? " sym" : " asym") << " on "
+                    << inferkit::quant_kernel_name(k));
           std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
           inferkit::matvec(q, x, y, {.activations = inferkit::ActivationFormat::kInt8, .kernel = k});
           for (long n = 0; n < rows; ++n) {
@@ -120,7 +125,8 @@ TEST_CASE("int4 matvec, int8 activations per 32-block: reference of the block fo
             // Semantics: within half an activation step per feature of the dequantized-weight product.
             double deq = 0;
             for (long k2 = 0; k2 < cols; ++k2) deq += double(q.dequantized(n, k2)) * x[static_cast<std::size_t>(k2)];
-            CHECK(std::abs(y[static_cast<std::size_t>(n)] - deq) <= 0.5 * wdx * (1 + 1e-5) + 4 * (blocks + 8) * kEps * mag + 1e-6 * std::abs(deq));
+            CHECK(std::abs(y[static_cast<std::size_t>(n)] - deq) <=
+                  0.5 * wdx * (1 + 1e-5) + 4 * (blocks + 8) * kEps * mag + 1e-6 * std::abs(deq));
           }
         }
       }
@@ -169,8 +175,10 @@ TEST_CASE("matvec rejects bad shapes, non-finite activations and missing paths",
   CHECK_THROWS_WITH(inferkit::matvec(q4, x, ys), Catch::Contains("y.size() = 3"));
   x[3] = std::nanf("");
   CHECK_THROWS_WITH(inferkit::matvec(q8, x, y), Catch::Contains("x[3] = nan"));
-  CHECK_THROWS_WITH(inferkit::matvec(q4, x, y, {.activations = inferkit::ActivationFormat::kInt8}), Catch::Contains("x[3] = nan"));
+  CHECK_THROWS_WITH(inferkit::matvec(q4, x, y, {.activations = inferkit::ActivationFormat::kInt8}),
+                    Catch::Contains("x[3] = nan"));
   x[3] = INFINITY;
-  CHECK_THROWS_WITH(inferkit::matvec(q8, x, y, {.activations = inferkit::ActivationFormat::kInt8}), Catch::Contains("x(0, 3) = inf"));
+  CHECK_THROWS_WITH(inferkit::matvec(q8, x, y, {.activations = inferkit::ActivationFormat::kInt8}),
+                    Catch::Contains("x(0, 3) = inf"));
   CHECK_THROWS_WITH(inferkit::resolve_quant_kernel(inferkit::QuantKernel(99)), Catch::Contains("kernel"));
 }

@@ -46,7 +46,8 @@ TEST_CASE("smoothing factors follow s = a^alpha / w^(1 - alpha)", "[quant][smoot
   const auto s = inferkit::smoothing_factors(act, wmax, 0.5f);
   CHECK(act[2] / s[2] == Approx(wmax[2] * s[2]).epsilon(1e-6));
   CHECK_THROWS_WITH(inferkit::smoothing_factors(act, wmax, 1.5f), Catch::Contains("alpha = 1.5"));
-  CHECK_THROWS_WITH(inferkit::smoothing_factors(act, std::vector<float>(4, 1.0f), 0.5f), Catch::Contains("weight_abs_max.size() = 4"));
+  CHECK_THROWS_WITH(inferkit::smoothing_factors(act, std::vector<float>(4, 1.0f), 0.5f),
+                    Catch::Contains("weight_abs_max.size() = 4"));
   std::vector<float> neg = act;
   neg[3] = -1.0f;
   CHECK_THROWS_WITH(inferkit::smoothing_factors(neg, wmax, 0.5f), Catch::Contains("act_abs_max[3] = -1"));
@@ -59,7 +60,8 @@ TEST_CASE("folding smoothing into the norm and the weights leaves the float bloc
   const long T = 6, D = 40, H = 24;
   Mat x = quant_test::normal(T, D, 3);
   for (long t = 0; t < T; ++t) x(t, 5) *= 60.0f, x(t, 33) *= 40.0f;
-  Mat g = quant_test::normal(1, D, 4, 0.3f), w1 = quant_test::normal(H, D, 5, 0.1f), w3 = quant_test::normal(H, D, 6, 0.1f);
+  Mat g = quant_test::normal(1, D, 4, 0.3f), w1 = quant_test::normal(H, D, 5, 0.1f),
+      w3 = quant_test::normal(H, D, 6, 0.1f);
   for (auto& v : g.v) v = 1.0f + v;
   const auto block = [&](const Mat& gain, const Mat& a, const Mat& b) {
     Mat xn(T, D), out(T, 2 * H);
@@ -111,5 +113,6 @@ TEST_CASE("folding smoothing into the norm and the weights leaves the float bloc
   Mat narrow(3, D - 1);
   const inferkit::MatrixView<float> wbad[] = {narrow.mut()};
   CHECK_THROWS_WITH(inferkit::fold_smoothing(s, g2.v, wbad), Catch::Contains("weights[0].cols() = 39"));
-  CHECK_THROWS_WITH(inferkit::weight_column_abs_max(w1.view(), std::span<float>(wmax.data(), 3)), Catch::Contains("inout.size() = 3"));
+  CHECK_THROWS_WITH(inferkit::weight_column_abs_max(w1.view(), std::span<float>(wmax.data(), 3)),
+                    Catch::Contains("inout.size() = 3"));
 }

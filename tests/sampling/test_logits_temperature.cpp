@@ -55,7 +55,8 @@ TEST_CASE("temperature divides; zero is greedy with ties to the lowest id", "[sa
   CHECK_THROWS_WITH(inferkit::apply_temperature(x, std::nanf("")), Contains("temperature = nan"));
 }
 
-TEST_CASE("a temperature so small that max / T overflows keeps the softmax: the maxima share it", "[sampling][temperature]") {
+TEST_CASE("a temperature so small that max / T overflows keeps the softmax: the maxima share it",
+          "[sampling][temperature]") {
   // Closed form as T -> 0+: the tied maxima (ids 1 and 3, and 61 and 97 in the long row) get
   // equal shares, everything else 0 (2.9999 is 1e-4 / T = -1e34 below: exp underflows to 0).
   for (std::size_t n : {std::size_t{5}, std::size_t{100}}) {

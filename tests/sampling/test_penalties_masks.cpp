@@ -12,10 +12,10 @@ TEST_CASE("repetition penalty: divide positive, multiply negative, once per dist
   std::vector<float> x{2.0f, -2.0f, 0.0f, 4.0f, -INFINITY};
   const std::vector<TokenId> history{0, 1, 2, 0, 0, 4};
   inferkit::apply_repetition_penalty(x, history, 2.0f);
-  CHECK(x[0] == 1.0f);   // once, though it occurs three times
+  CHECK(x[0] == 1.0f);  // once, though it occurs three times
   CHECK(x[1] == -4.0f);
   CHECK(x[2] == 0.0f);
-  CHECK(x[3] == 4.0f);   // not in the history
+  CHECK(x[3] == 4.0f);  // not in the history
   CHECK(x[4] == -INFINITY);
   CHECK_THROWS_WITH(inferkit::apply_repetition_penalty(x, history, 0.0f), Contains("repetition_penalty = 0"));
   const std::vector<TokenId> bad{1, 5};

@@ -42,7 +42,8 @@ TEST_CASE("the chain equals its processors applied one by one, then the referenc
         const TokenId got = chain.sample(x, history, rng, trial, dist);
         // Reference, step by step in the chain's order.
         for (const auto& proc : chain.processors()) {
-          if (auto* q = std::get_if<inferkit::RepetitionPenalty>(&proc)) inferkit::apply_repetition_penalty(ref, history, q->penalty);
+          if (auto* q = std::get_if<inferkit::RepetitionPenalty>(&proc))
+            inferkit::apply_repetition_penalty(ref, history, q->penalty);
           if (auto* q = std::get_if<inferkit::Temperature>(&proc)) inferkit::reference::temperature(ref, q->value);
           if (auto* q = std::get_if<inferkit::TopK>(&proc)) inferkit::reference::top_k(ref, q->k);
           if (auto* q = std::get_if<inferkit::TopP>(&proc)) inferkit::reference::top_p(ref, q->p, q->min_keep);

@@ -51,8 +51,9 @@ std::vector<TokenId> repetitive_history(std::size_t n, TokenId vocab, unsigned s
 }
 
 std::span<const TokenId> tail(const std::vector<TokenId>& h, Index n) {
-  return n < 0 || static_cast<std::size_t>(n) >= h.size() ? std::span<const TokenId>(h)
-                                                          : std::span<const TokenId>(h).subspan(h.size() - std::size_t(n));
+  return n < 0 || static_cast<std::size_t>(n) >= h.size()
+             ? std::span<const TokenId>(h)
+             : std::span<const TokenId>(h).subspan(h.size() - std::size_t(n));
 }
 
 // Zipf logits over n tokens.
@@ -75,7 +76,8 @@ TEST_CASE("presets place the new rules where their home projects do", "[sampling
   p.exponential_decay_factor = 1.05f;
   p.begin_suppress_tokens = {9};
   const std::string hf_front =
-      "sequence_bias(1) -> repetition_penalty(1.1, 64) -> frequency_presence_penalty(0.2, 0.1, 64) -> dry(0.8, 1.75, 2, -1) "
+      "sequence_bias(1) -> repetition_penalty(1.1, 64) -> frequency_presence_penalty(0.2, 0.1, 64) -> dry(0.8, 1.75, "
+      "2, -1) "
       "-> bad_words(1) -> min_new_tokens(4) -> exponential_decay_length_penalty(10, 1.05) -> begin_suppress_tokens(1)";
   CHECK(inferkit::SamplerChain::inferkit_default(p).describe() ==
         hf_front +
@@ -123,7 +125,8 @@ TEST_CASE("the full chain equals its stages applied one by one, then the referen
         const TokenId got = chain.sample(x, history, rng, trial);
         for (const auto& proc : chain.processors()) {
           using namespace inferkit;
-          if (auto* q = std::get_if<RepetitionPenalty>(&proc)) apply_repetition_penalty(ref, tail(history, q->last_n), q->penalty);
+          if (auto* q = std::get_if<RepetitionPenalty>(&proc))
+            apply_repetition_penalty(ref, tail(history, q->last_n), q->penalty);
           if (auto* q = std::get_if<FrequencyPresencePenalty>(&proc))
             apply_frequency_presence_penalty(ref, tail(history, q->last_n), q->frequency, q->presence);
           if (auto* q = std::get_if<Dry>(&proc)) reference::dry(ref, history, *q);
@@ -298,8 +301,8 @@ TEST_CASE("batched stateful sampling does not depend on the thread count", "[sam
   p.dynatemp_range = 0.4f;
   p.min_new_tokens = 1;
   p.eos_tokens = {0};
-  for (const auto& chain : {inferkit::SamplerChain::llama_cpp(p), inferkit::SamplerChain::llama_cpp(
-                                                                         {.temperature = 0.8f, .mirostat = 2})}) {
+  for (const auto& chain : {inferkit::SamplerChain::llama_cpp(p),
+                            inferkit::SamplerChain::llama_cpp({.temperature = 0.8f, .mirostat = 2})}) {
     const Index rows = 12, vocab = 4000;
     const auto base = test::random_logits(static_cast<std::size_t>(rows * vocab), 31, 2.0f);
     std::vector<std::vector<TokenId>> hist;

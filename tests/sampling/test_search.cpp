@@ -81,8 +81,9 @@ double exhaustive_best(const Toy& toy, Index max_new, inferkit::LengthPenalty mo
 
 TEST_CASE("beam search with enough beams finds the exhaustive optimum", "[sampling][beam]") {
   for (unsigned seed : {1u, 2u, 3u})
-    for (auto [mode, alpha] : {std::pair{inferkit::LengthPenalty::kNone, 1.0}, std::pair{inferkit::LengthPenalty::kHuggingFace, 1.0},
-                               std::pair{inferkit::LengthPenalty::kHuggingFace, 2.0}, std::pair{inferkit::LengthPenalty::kGnmt, 0.6}}) {
+    for (auto [mode, alpha] :
+         {std::pair{inferkit::LengthPenalty::kNone, 1.0}, std::pair{inferkit::LengthPenalty::kHuggingFace, 1.0},
+          std::pair{inferkit::LengthPenalty::kHuggingFace, 2.0}, std::pair{inferkit::LengthPenalty::kGnmt, 0.6}}) {
       const Toy toy = random_toy(4, seed);
       inferkit::BeamSearchOptions opt;
       opt.num_beams = 200;  // more than 3^4 live sequences
@@ -103,8 +104,11 @@ TEST_CASE("length penalty changes the winner: hand-computed scores", "[sampling]
   // Tokens: 0 = EOS, 1 = a, 2 = b (never likely). From the prompt: EOS .45, a .55.
   // After a: EOS .6, a .4. Hypotheses: [EOS] ln .45; [a, EOS] ln .33; [a, a] ln .22 (length limit 2).
   const float ninf = -INFINITY;
-  Toy toy{3, {{std::log(0.45f), std::log(0.55f), ninf}, {std::log(0.6f), std::log(0.4f), ninf},
-              {std::log(0.6f), std::log(0.4f), ninf}, {std::log(0.6f), std::log(0.4f), ninf}}};
+  Toy toy{3,
+          {{std::log(0.45f), std::log(0.55f), ninf},
+           {std::log(0.6f), std::log(0.4f), ninf},
+           {std::log(0.6f), std::log(0.4f), ninf},
+           {std::log(0.6f), std::log(0.4f), ninf}}};
   inferkit::BeamSearchOptions opt;
   opt.num_beams = 2;
   opt.max_new_tokens = 2;
@@ -117,9 +121,9 @@ TEST_CASE("length penalty changes the winner: hand-computed scores", "[sampling]
     std::vector<TokenId> winner;
     double score;
   };
-  for (const Expect& e : {Expect{inferkit::LengthPenalty::kNone, 1.0, {0}, s_eos},                    // -0.799 > -1.109
-                          Expect{inferkit::LengthPenalty::kHuggingFace, 1.0, {1, 0}, s_aeos / 2},     // -0.554 > -0.799
-                          Expect{inferkit::LengthPenalty::kGnmt, 1.0, {0}, s_eos},                    // -0.799 > -0.950
+  for (const Expect& e : {Expect{inferkit::LengthPenalty::kNone, 1.0, {0}, s_eos},                 // -0.799 > -1.109
+                          Expect{inferkit::LengthPenalty::kHuggingFace, 1.0, {1, 0}, s_aeos / 2},  // -0.554 > -0.799
+                          Expect{inferkit::LengthPenalty::kGnmt, 1.0, {0}, s_eos},                 // -0.799 > -0.950
                           Expect{inferkit::LengthPenalty::kGnmt, 3.0, {1, 0}, s_aeos / std::pow(7.0 / 6.0, 3.0)}}) {
     opt.length_penalty_mode = e.mode;
     opt.length_penalty = e.alpha;
@@ -170,7 +174,8 @@ TEST_CASE("beam search honours min_new_tokens and rejects bad input", "[sampling
   CHECK_THROWS_WITH(bs.step({two_rows.data(), 2, 3}), Contains("logprobs.rows() = 2"));
 }
 
-TEST_CASE("contrastive search: alpha 0 is greedy; the degeneration penalty can change the choice", "[sampling][contrastive]") {
+TEST_CASE("contrastive search: alpha 0 is greedy; the degeneration penalty can change the choice",
+          "[sampling][contrastive]") {
   const std::vector<float> logits{2.0f, 1.9f, 0.5f, -1.0f};
   const auto c = inferkit::contrastive_candidates(logits, 3);
   REQUIRE(c.tokens == std::vector<TokenId>{0, 1, 2});
@@ -194,7 +199,8 @@ TEST_CASE("contrastive search: alpha 0 is greedy; the degeneration penalty can c
   const std::vector<float> zero{0.0f, 0.0f};
   CHECK_THROWS_WITH(ctx.append(zero), Contains("norm"));
   const std::vector<float> zero_cand{0.0f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f};
-  CHECK_THROWS_WITH(inferkit::contrastive_select(c, {zero_cand.data(), 3, 2}, ctx, 0.5f), Contains("candidate hidden state norm"));
+  CHECK_THROWS_WITH(inferkit::contrastive_select(c, {zero_cand.data(), 3, 2}, ctx, 0.5f),
+                    Contains("candidate hidden state norm"));
 }
 
 TEST_CASE("contrastive decoding: plausibility cut and expert-minus-amateur scores", "[sampling][contrastive]") {
@@ -213,6 +219,7 @@ TEST_CASE("contrastive decoding: plausibility cut and expert-minus-amateur score
   CHECK(same[3] == -INFINITY);
   // Sampling from softmax(score / T) never picks an implausible token.
   for (std::uint64_t i = 0; i < 200; ++i)
-    CHECK(inferkit::contrastive_decode(expert, amateur, {.alpha = 0.2f, .temperature = 1.0f}, inferkit::CounterRng(4), i) != 3);
+    CHECK(inferkit::contrastive_decode(expert, amateur, {.alpha = 0.2f, .temperature = 1.0f}, inferkit::CounterRng(4),
+                                       i) != 3);
   CHECK_THROWS_WITH(inferkit::contrastive_decoding_scores(expert, amateur, 0.0f), Contains("alpha = 0"));
 }

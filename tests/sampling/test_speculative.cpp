@@ -71,7 +71,8 @@ void check_exactness(const std::vector<Dist>& q, const std::vector<Dist>& p, lon
   for (const auto& d : q) qm.insert(qm.end(), d.begin(), d.end());
   for (const auto& d : p) pm.insert(pm.end(), d.begin(), d.end());
   const inferkit::MatrixView<const float> qv(qm.data(), k, v), pv(pm.data(), k + 1, v);
-  std::vector<std::vector<long>> counts(static_cast<std::size_t>(k + 1), std::vector<long>(static_cast<std::size_t>(v)));
+  std::vector<std::vector<long>> counts(static_cast<std::size_t>(k + 1),
+                                        std::vector<long>(static_cast<std::size_t>(v)));
   std::vector<long> reached(static_cast<std::size_t>(k + 1), 0);
   const inferkit::CounterRng draft_rng(seed, 1), verify_rng(seed, 2);
   std::vector<TokenId> draft(static_cast<std::size_t>(k));
@@ -138,7 +139,8 @@ TEST_CASE("speculative acceptance emits tokens distributed exactly as p", "[samp
   }
 }
 
-TEST_CASE("two-step generation has the target's joint distribution (Markov target)", "[sampling][speculative][statistics]") {
+TEST_CASE("two-step generation has the target's joint distribution (Markov target)",
+          "[sampling][speculative][statistics]") {
   // Target and draft are Markov chains over 5 tokens; tokens are drafted from the draft chain,
   // verified against the target chain's rows, and generation continues until two tokens exist.
   const std::size_t v = 5;
@@ -169,7 +171,8 @@ TEST_CASE("two-step generation has the target's joint distribution (Markov targe
         c = x;
       }
       pm.insert(pm.end(), P[c].begin(), P[c].end());
-      const auto r = inferkit::verify_draft(draft, {qm.data(), k, Index(v)}, {pm.data(), k + 1, Index(v)}, verify, draw_index);
+      const auto r =
+          inferkit::verify_draft(draft, {qm.data(), k, Index(v)}, {pm.data(), k + 1, Index(v)}, verify, draw_index);
       draw_index += static_cast<std::uint64_t>(k + 1);
       for (TokenId x : r.tokens) out.push_back(x);
       ctx = out.back();
@@ -258,26 +261,33 @@ TEST_CASE("speculative verification rejects malformed input", "[sampling][specul
   for (int i = 0; i < 3; ++i) rows.insert(rows.end(), d.begin(), d.end());
   const inferkit::CounterRng rng(1);
   const std::vector<TokenId> draft{3, 0};
-  CHECK_THROWS_WITH(inferkit::verify_draft(draft, {rows.data(), 2, 4}, {rows.data(), 3, 4}, rng, 0), Contains("q[0][3] = 0"));
+  CHECK_THROWS_WITH(inferkit::verify_draft(draft, {rows.data(), 2, 4}, {rows.data(), 3, 4}, rng, 0),
+                    Contains("q[0][3] = 0"));
   const std::vector<TokenId> out{9};
   CHECK_THROWS_AS(inferkit::verify_draft(out, {rows.data(), 1, 4}, {rows.data(), 2, 4}, rng, 0), std::out_of_range);
   const std::vector<TokenId> ok{2};
-  CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 4}, {rows.data(), 1, 4}, rng, 0), Contains("p.rows() = 1"));
-  CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 3}, {rows.data(), 2, 4}, rng, 0), Contains("q.cols() = 3"));
+  CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 4}, {rows.data(), 1, 4}, rng, 0),
+                    Contains("p.rows() = 1"));
+  CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 3}, {rows.data(), 2, 4}, rng, 0),
+                    Contains("q.cols() = 3"));
   std::vector<float> bad = rows;
   bad[4 + 1] = 0.9f;  // row 1 sums to 1.65
   inferkit::VerifyOptions all;
   all.check_all_rows = true;
-  CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 4}, {bad.data(), 2, 4}, rng, 0, all), Contains("p[1] sum"));
+  CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 4}, {bad.data(), 2, 4}, rng, 0, all),
+                    Contains("p[1] sum"));
   bad[4 + 1] = std::nanf("");
-  CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 4}, {bad.data(), 2, 4}, rng, 0, all), Contains("p[1][1] = nan"));
+  CHECK_THROWS_WITH(inferkit::verify_draft(ok, {rows.data(), 1, 4}, {bad.data(), 2, 4}, rng, 0, all),
+                    Contains("p[1][1] = nan"));
   // A tolerance >= 1 admits a row of zeros: it has nothing to draw (regression from
   // tests/fuzz/fuzz_speculative, which drew the last token with probability 0).
   const std::vector<float> zeros(4, 0.0f);
   inferkit::VerifyOptions loose;
   loose.tolerance = 2.0;
-  CHECK_THROWS_WITH(inferkit::verify_draft({}, {}, {zeros.data(), 1, 4}, rng, 0, loose), Contains("needs positive mass"));
-  CHECK_THROWS_WITH(inferkit::verify_point_mass_draft(ok, {zeros.data(), 2, 4}, rng, 0, loose), Contains("needs positive mass"));
+  CHECK_THROWS_WITH(inferkit::verify_draft({}, {}, {zeros.data(), 1, 4}, rng, 0, loose),
+                    Contains("needs positive mass"));
+  CHECK_THROWS_WITH(inferkit::verify_point_mass_draft(ok, {zeros.data(), 2, 4}, rng, 0, loose),
+                    Contains("needs positive mass"));
 }
 
 TEST_CASE("choosing k: expected tokens per pass, speedup, online acceptance estimate", "[sampling][speculative]") {
@@ -329,14 +339,19 @@ TEST_CASE("batched verification equals verifying each sequence alone, on any thr
   for (std::size_t s = 0; s < drafts.size(); ++s) {
     const Index k = static_cast<Index>(drafts[s].size());
     const bool point_mass = s % 3 == 2 && k > 0;
-    items.push_back({drafts[s], point_mass ? inferkit::MatrixView<const float>() : inferkit::MatrixView<const float>(qs[s].data(), k, Index(v)),
-                     {ps[s].data(), k + 1, Index(v)}, inferkit::CounterRng(3, s), 10 * s});
+    items.push_back({drafts[s],
+                     point_mass ? inferkit::MatrixView<const float>()
+                                : inferkit::MatrixView<const float>(qs[s].data(), k, Index(v)),
+                     {ps[s].data(), k + 1, Index(v)},
+                     inferkit::CounterRng(3, s),
+                     10 * s});
   }
   const auto one = inferkit::verify_batch(items, {}, 1), two = inferkit::verify_batch(items, {}, 2);
   for (std::size_t s = 0; s < items.size(); ++s) {
     const auto& it = items[s];
-    const auto alone = (it.q.rows() == 0 && !it.draft.empty()) ? inferkit::verify_point_mass_draft(it.draft, it.p, it.rng, it.first_draw)
-                                                                : inferkit::verify_draft(it.draft, it.q, it.p, it.rng, it.first_draw);
+    const auto alone = (it.q.rows() == 0 && !it.draft.empty())
+                           ? inferkit::verify_point_mass_draft(it.draft, it.p, it.rng, it.first_draw)
+                           : inferkit::verify_draft(it.draft, it.q, it.p, it.rng, it.first_draw);
     CHECK(one[s].tokens == alone.tokens);
     CHECK(two[s].tokens == alone.tokens);
     CHECK(one[s].accepted == alone.accepted);

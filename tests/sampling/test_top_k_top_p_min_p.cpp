@@ -128,7 +128,8 @@ TEST_CASE("the descending radix sort of pivot samples equals std::sort", "[sampl
     auto ref = x;
     inferkit::detail::sort_descending(x);
     // The reference orders +0 before -0 like the radix keys do.
-    std::sort(ref.begin(), ref.end(), [](float a, float b) { return a > b || (a == b && !std::signbit(a) && std::signbit(b)); });
+    std::sort(ref.begin(), ref.end(),
+              [](float a, float b) { return a > b || (a == b && !std::signbit(a) && std::signbit(b)); });
     CHECK(test::same_bits(x, ref));
   }
 }
@@ -143,10 +144,18 @@ TEST_CASE("top-p on clustered and heavily tied logits equals the sort-based defi
       for (std::size_t i = 0; i < x.size(); ++i) {
         const float u = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
         switch (shape) {
-          case 0: x[i] = std::floor(u * 8.0f) * 0.5f; break;
-          case 1: x[i] = i % 1000 == 0 ? 5.0f * u : 1.0f + u * 1e-5f; break;
-          case 2: x[i] = 0.25f; break;
-          default: x[i] = u < 0.5f ? 1.0f : -1.0f; break;
+          case 0:
+            x[i] = std::floor(u * 8.0f) * 0.5f;
+            break;
+          case 1:
+            x[i] = i % 1000 == 0 ? 5.0f * u : 1.0f + u * 1e-5f;
+            break;
+          case 2:
+            x[i] = 0.25f;
+            break;
+          default:
+            x[i] = u < 0.5f ? 1.0f : -1.0f;
+            break;
         }
       }
       INFO("shape = " << shape << ", p = " << p);

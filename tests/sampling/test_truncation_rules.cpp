@@ -163,7 +163,8 @@ TEST_CASE("epsilon and eta equal the sort-based definitions, ties at the min_kee
 // threshold (the row's other weights fixed), so some steps put its weight inside that bound:
 // every step must keep what the reference keeps with its sequential double Z. (Deciding those
 // steps on the float-block Z alone fails this test.)
-TEST_CASE("probability floors keep the exact set when a weight sits at the threshold", "[sampling][epsilon][eta][mirostat][xtc]") {
+TEST_CASE("probability floors keep the exact set when a weight sits at the threshold",
+          "[sampling][epsilon][eta][mirostat][xtc]") {
   using inferkit::reference::mass;
   using inferkit::reference::ranked;
   const auto weight = [](const std::vector<float>& x, TokenId id) {
@@ -193,11 +194,21 @@ TEST_CASE("probability floors keep the exact set when a weight sits at the thres
   const float eps = 1e-3f, mu = 10.0f, xtc_threshold = 1e-3f;
   const inferkit::Xtc xtc{xtc_threshold, 1.0f, 1};
   const std::vector<Rule> rules = {
-      {"epsilon", [&](std::vector<float>& x) { inferkit::apply_epsilon_cutoff(std::span<float>(x), {eps, 1}); },
-       [&](std::vector<float>& x) { inferkit::reference::epsilon_cutoff(x, {eps, 1}); },
+      {"epsilon",
+       [&](std::vector<float>& x) {
+         inferkit::apply_epsilon_cutoff(std::span<float>(x), {eps, 1});
+       },
+       [&](std::vector<float>& x) {
+         inferkit::reference::epsilon_cutoff(x, {eps, 1});
+       },
        [&](const std::vector<float>& x) { return static_cast<float>(double(eps) * z_of(x)); }},
-      {"eta", [&](std::vector<float>& x) { inferkit::apply_eta_cutoff(std::span<float>(x), {0.5f, 1}); },
-       [&](std::vector<float>& x) { inferkit::reference::eta_cutoff(x, {0.5f, 1}); },
+      {"eta",
+       [&](std::vector<float>& x) {
+         inferkit::apply_eta_cutoff(std::span<float>(x), {0.5f, 1});
+       },
+       [&](std::vector<float>& x) {
+         inferkit::reference::eta_cutoff(x, {0.5f, 1});
+       },
        [&](const std::vector<float>& x) {
          return static_cast<float>(std::min(0.5, std::sqrt(0.5) * std::exp(-entropy_of(x))) * z_of(x));
        }},
@@ -301,8 +312,9 @@ TEST_CASE("Mirostat v1 estimates a Zipf exponent exactly and keeps the closed-fo
       std::vector<float> x(n);
       for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(-s * std::log(double(i + 1)));
       const double eps = s - 1.0;
-      const double k = std::abs(eps) < 1e-12 ? std::pow(std::exp2(mu) / std::log(double(n)), 1.0 / s)
-                                             : std::pow(eps * std::exp2(mu) / (1.0 - std::pow(double(n), -eps)), 1.0 / s);
+      const double k = std::abs(eps) < 1e-12
+                           ? std::pow(std::exp2(mu) / std::log(double(n)), 1.0 / s)
+                           : std::pow(eps * std::exp2(mu) / (1.0 - std::pow(double(n), -eps)), 1.0 / s);
       inferkit::apply_mirostat(x, {.version = 1, .tau = 5.0f}, mu);
       const auto expect = static_cast<Index>(std::clamp(std::floor(k), 1.0, double(n)));
       // float logits make the estimate s(1 + ~1e-7): k can only move across an integer by that.

@@ -18,7 +18,6 @@ using test::softmax;
 
 namespace {
 
-
 // A history of phrases drawn from a small pool, so repeats of every length occur.
 std::vector<TokenId> phrase_history(std::size_t length, TokenId vocab, unsigned seed) {
   std::mt19937 rng(seed);
@@ -132,7 +131,14 @@ TEST_CASE("DRY reproduces llama.cpp's test vectors", "[sampling][dry]") {
       {{0.25f, 0.25f, 0.25f, 0.25f}, {0, 1}, {0.25, 0.25, 0.25, 0.25}, 1.0f, 1.1f, 2, 4, {}},
       {{0.25f, 0.25f, 0.25f, 0.25f}, {0, 1, 2, 0, 1}, {0.296923, 0.296923, 0.109232, 0.296923}, 1.0f, 1.1f, 2, 5, {}},
       {{0.2f, 0.2f, 0.2f, 0.2f, 0.2f}, {0, 1, 3, 4, 0, 1}, {0.2, 0.2, 0.2, 0.2, 0.2}, 1.0f, 1.1f, 2, 6, {{3}}},
-      {{0.2f, 0.2f, 0.2f, 0.2f, 0.2f}, {0, 1, 2, 0, 1}, {0.241818, 0.241818, 0.032727, 0.241818, 0.241818}, 2.0f, 1.1f, 2, 5, {}},
+      {{0.2f, 0.2f, 0.2f, 0.2f, 0.2f},
+       {0, 1, 2, 0, 1},
+       {0.241818, 0.241818, 0.032727, 0.241818, 0.241818},
+       2.0f,
+       1.1f,
+       2,
+       5,
+       {}},
       {{0.2f, 0.2f, 0.2f, 0.2f, 0.2f}, {0, 1, 2, 3, 4, 0, 1}, {0.2, 0.2, 0.2, 0.2, 0.2}, 1.0f, 1.1f, 4, 7, {}},
   };
   for (std::size_t k = 0; k < cases.size(); ++k) {
@@ -149,7 +155,8 @@ TEST_CASE("DRY's repeat lengths follow llama.cpp's worked example", "[sampling][
   // "a b c c b c y a b c": emitting c extends "a b c" (3), b extends "c" (1), y extends "b c" (2).
   const std::vector<TokenId> h{0, 1, 2, 2, 1, 2, 3, 0, 1, 2};
   std::map<TokenId, Index> got;
-  inferkit::for_each_dry_repeat(h, {.multiplier = 1.0f, .allowed_length = 1}, 4, [&](TokenId t, Index n) { got[t] = n; });
+  inferkit::for_each_dry_repeat(h, {.multiplier = 1.0f, .allowed_length = 1}, 4,
+                                [&](TokenId t, Index n) { got[t] = n; });
   CHECK(got == std::map<TokenId, Index>{{1, 1}, {2, 3}, {3, 2}});
   // A run of one token: every prefix repeats, the longest repeat is L - 1 (linear time here,
   // quadratic for the naive scan).
@@ -231,8 +238,10 @@ TEST_CASE("DRY rejects bad parameters and out-of-vocabulary ids", "[sampling][dr
   const std::vector<TokenId> h{1, 2, 1, 2};
   CHECK_THROWS_WITH(inferkit::apply_dry(x, h, {.multiplier = -1.0f}), Contains("dry_multiplier = -1"));
   CHECK_THROWS_WITH(inferkit::apply_dry(x, h, {.multiplier = 1.0f, .base = 0.5f}), Contains("dry_base = 0.5"));
-  CHECK_THROWS_WITH(inferkit::apply_dry(x, h, {.multiplier = 1.0f, .allowed_length = -1}), Contains("dry_allowed_length = -1"));
-  CHECK_THROWS_WITH(inferkit::apply_dry(x, h, {.multiplier = 1.0f, .penalty_last_n = -2}), Contains("dry_penalty_last_n = -2"));
+  CHECK_THROWS_WITH(inferkit::apply_dry(x, h, {.multiplier = 1.0f, .allowed_length = -1}),
+                    Contains("dry_allowed_length = -1"));
+  CHECK_THROWS_WITH(inferkit::apply_dry(x, h, {.multiplier = 1.0f, .penalty_last_n = -2}),
+                    Contains("dry_penalty_last_n = -2"));
   CHECK_THROWS_WITH(inferkit::apply_dry(x, h, {.multiplier = 1.0f, .sequence_breakers = {{}}}),
                     Contains("dry_sequence_breakers[0].size()"));
   CHECK_THROWS_WITH(inferkit::apply_dry(x, h, {.multiplier = 1.0f, .sequence_breakers = {{3, -1}}}),

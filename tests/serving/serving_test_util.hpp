@@ -37,7 +37,8 @@ inline std::uint64_t step_hash(std::uint64_t prev, inferkit::TokenId t, inferkit
   return splitmix(prev ^ splitmix(static_cast<std::uint64_t>(t) * 1000003u + static_cast<std::uint64_t>(q)));
 }
 inline inferkit::TokenId next_token(std::uint64_t h, std::uint64_t seed, inferkit::Index draw, int vocab) {
-  return static_cast<inferkit::TokenId>(splitmix(h ^ splitmix(seed * 31 + static_cast<std::uint64_t>(draw))) % static_cast<std::uint64_t>(vocab));
+  return static_cast<inferkit::TokenId>(splitmix(h ^ splitmix(seed * 31 + static_cast<std::uint64_t>(draw))) %
+                                        static_cast<std::uint64_t>(vocab));
 }
 
 constexpr inferkit::Index kHeadDim = 4;
@@ -109,7 +110,8 @@ void write_row(inferkit::BlockTable<T>& t, inferkit::Index q, const Row& row) {
 }
 
 /// Prefix hashes h_0..h_{n-1} of a token sequence under an identity (the reference).
-inline std::vector<std::uint64_t> prefix_hashes(const inferkit::ContextIdentity& id, const std::vector<inferkit::TokenId>& s) {
+inline std::vector<std::uint64_t> prefix_hashes(const inferkit::ContextIdentity& id,
+                                                const std::vector<inferkit::TokenId>& s) {
   std::vector<std::uint64_t> h(s.size());
   std::uint64_t prev = identity_hash(id);
   for (std::size_t q = 0; q < s.size(); ++q) prev = h[q] = step_hash(prev, s[q], static_cast<inferkit::Index>(q));
@@ -144,7 +146,8 @@ inline SoloResult serve_alone(const inferkit::RequestParams& p, int vocab) {
         return {out, inferkit::FinishReason::kStopSequence, gen};
       }
     }
-    if (static_cast<inferkit::Index>(gen.size()) == p.max_new_tokens) return {gen, inferkit::FinishReason::kLength, gen};
+    if (static_cast<inferkit::Index>(gen.size()) == p.max_new_tokens)
+      return {gen, inferkit::FinishReason::kLength, gen};
   }
 }
 
@@ -182,7 +185,8 @@ std::pair<std::vector<inferkit::TokenId>, std::vector<inferkit::Index>> run_plan
       const inferkit::TokenId t = next_token(h[static_cast<std::size_t>(first + i)], s.seed, s.draw_index + i, vocab);
       tokens.push_back(t);
       ++c;
-      if (i == s.draft_tokens || s.tokens[static_cast<std::size_t>(first + i + 1)] != t) break;  // rejected: t corrects it
+      if (i == s.draft_tokens || s.tokens[static_cast<std::size_t>(first + i + 1)] != t)
+        break;  // rejected: t corrects it
     }
     counts.push_back(c);
   }
@@ -217,7 +221,8 @@ struct ServeHarness {
   /// Runs the fake model on a plan and completes it.
   std::vector<inferkit::FinishedRequest> finish_step(inferkit::BatchPlan<float>& plan) {
     if (plan.empty()) return {};
-    const auto [tokens, counts] = run_plan(pool, plan, [&](inferkit::RequestId id) { return params.at(id).identity; }, kVocab);
+    const auto [tokens, counts] = run_plan(
+        pool, plan, [&](inferkit::RequestId id) { return params.at(id).identity; }, kVocab);
     auto f = sched.complete(tokens, counts);
     for (const auto& r : f) done.emplace(r.id, r);
     return f;

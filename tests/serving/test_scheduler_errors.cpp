@@ -15,8 +15,10 @@ using inferkit::RequestId;
 using inferkit::RequestState;
 using inferkit::TokenId;
 
-TEST_CASE("stop rules: EOS kept, stop sequences dropped unless kept, order EOS > stop sequence > length", "[serving][stop]") {
-  inferkit::RequestParams p{.prompt = {1}, .max_new_tokens = 4, .eos_token_ids = {9, 8}, .stop_sequences = {{3, 4}, {4}}};
+TEST_CASE("stop rules: EOS kept, stop sequences dropped unless kept, order EOS > stop sequence > length",
+          "[serving][stop]") {
+  inferkit::RequestParams p{
+      .prompt = {1}, .max_new_tokens = 4, .eos_token_ids = {9, 8}, .stop_sequences = {{3, 4}, {4}}};
   using V = std::vector<TokenId>;
   CHECK_FALSE(inferkit::check_stop(p, V{}).has_value());
   CHECK_FALSE(inferkit::check_stop(p, V{5}).has_value());
@@ -139,16 +141,19 @@ TEST_CASE("scheduler errors name the parameter and the value", "[serving][errors
   CHECK_THROWS_WITH(s.add_request({.prompt = {1, -3}}), Catch::Contains("prompt[1] = -3"));
   CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .max_new_tokens = 0}), Catch::Contains("max_new_tokens = 0"));
   CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .eos_token_ids = {2, -1}}), Catch::Contains("eos_token_ids[1] = -1"));
-  CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .stop_sequences = {{1}, {}}}), Catch::Contains("stop_sequences[1].size() = 0"));
-  CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .stop_sequences = {{1, -5}}}), Catch::Contains("stop_sequences[0][1] = -5"));
+  CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .stop_sequences = {{1}, {}}}),
+                    Catch::Contains("stop_sequences[1].size() = 0"));
+  CHECK_THROWS_WITH(s.add_request({.prompt = {1}, .stop_sequences = {{1, -5}}}),
+                    Catch::Contains("stop_sequences[0][1] = -5"));
   // 10 blocks of 4 tokens: prompt 30 + 12 new needs ceil(41 / 4) = 11 blocks; 30 + 11 fits exactly.
   CHECK_THROWS_WITH(s.add_request({.prompt = std::vector<TokenId>(30, 1), .max_new_tokens = 12}),
                     Catch::Contains("prompt.size() + max_new_tokens = 42") && Catch::Contains("11 KV blocks") &&
                         Catch::Contains("could never run"));
   CHECK_NOTHROW(s.add_request({.prompt = std::vector<TokenId>(30, 1), .max_new_tokens = 11}));
   S u(pool, nullptr, {.max_batched_tokens = 8, .max_sequences = 2, .chunked_prefill = false});
-  CHECK_THROWS_WITH(u.add_request({.prompt = std::vector<TokenId>(6, 1), .max_new_tokens = 4}),
-                    Catch::Contains("prompt.size() + max_new_tokens = 10") && Catch::Contains("without chunked prefill"));
+  CHECK_THROWS_WITH(
+      u.add_request({.prompt = std::vector<TokenId>(6, 1), .max_new_tokens = 4}),
+      Catch::Contains("prompt.size() + max_new_tokens = 10") && Catch::Contains("without chunked prefill"));
 
   CHECK_THROWS_AS(s.set_draft(99, std::vector<TokenId>{1}), std::out_of_range);
   CHECK_THROWS_WITH(s.set_draft(0, std::vector<TokenId>{1, -1}), Catch::Contains("draft[1] = -1"));
@@ -171,7 +176,8 @@ TEST_CASE("complete() rejects reports that do not fit the plan and changes nothi
   CHECK_THROWS_WITH(h.sched.complete(V{1, 2, 3}), Catch::Contains("tokens.size() = 3"));
   CHECK_THROWS_WITH(h.sched.complete(V{1, -2}), Catch::Contains("tokens[1] = -2"));
   CHECK_THROWS_WITH(h.sched.complete(V{1, 2}, C{1}), Catch::Contains("counts.size() = 1"));
-  CHECK_THROWS_WITH(h.sched.complete(V{1, 2, 3}, C{2, 1}), Catch::Contains("counts[0] = 2") && Catch::Contains("1 to 1 tokens"));
+  CHECK_THROWS_WITH(h.sched.complete(V{1, 2, 3}, C{2, 1}),
+                    Catch::Contains("counts[0] = 2") && Catch::Contains("1 to 1 tokens"));
   CHECK(h.sched.info(a).generated.empty());  // nothing changed
   h.finish_step(p);
   CHECK(h.sched.info(a).generated.size() == 1);
@@ -180,7 +186,8 @@ TEST_CASE("complete() rejects reports that do not fit the plan and changes nothi
   auto& q = h.sched.schedule();
   REQUIRE(q.sequences[0].draft_tokens == 2);
   const TokenId wrong = static_cast<TokenId>((solo.generated[1] + 1) % 16);
-  CHECK_THROWS_WITH(h.sched.complete(V{wrong, 5, 7}, C{2, 1}), Catch::Contains("tokens[0]") && Catch::Contains("must equal its draft"));
+  CHECK_THROWS_WITH(h.sched.complete(V{wrong, 5, 7}, C{2, 1}),
+                    Catch::Contains("tokens[0]") && Catch::Contains("must equal its draft"));
   CHECK_THROWS_WITH(h.sched.complete(V{1, 2, 3, 4, 5}, C{4, 1}), Catch::Contains("counts[0] = 4"));
   CHECK(h.sched.info(a).cached_tokens == 2);
   h.finish_step(q);

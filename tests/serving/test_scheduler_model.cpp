@@ -74,13 +74,16 @@ std::uint64_t run_scenario(const Scenario& sc) {
   const std::vector<inferkit::ContextIdentity> identities{{"model"}, {"model", "lora"}};
   std::vector<std::vector<TokenId>> systems(3);
   for (auto& s : systems)
-    for (int i = 0, n = uni(1, 3 * static_cast<int>(sc.page) + 2); i < n; ++i) s.push_back(static_cast<TokenId>(uni(0, kVocab - 1)));
+    for (int i = 0, n = uni(1, 3 * static_cast<int>(sc.page) + 2); i < n; ++i)
+      s.push_back(static_cast<TokenId>(uni(0, kVocab - 1)));
 
   std::map<RequestId, Tracked> live;
   Index finished = 0, cancelled = 0, preempted = 0, drafted = 0, cached_hits = 0;
   Index it = 0;
   std::uint64_t fingerprint = 0;
-  const auto identity_of = [&](RequestId id) -> const inferkit::ContextIdentity& { return live.at(id).params.identity; };
+  const auto identity_of = [&](RequestId id) -> const inferkit::ContextIdentity& {
+    return live.at(id).params.identity;
+  };
 
   const auto add_random = [&] {
     inferkit::RequestParams p;
@@ -95,7 +98,8 @@ std::uint64_t run_scenario(const Scenario& sc) {
     p.keep_stop_sequence = uni(0, 1);
     p.seed = rng();
     const Index need = sched.blocks_needed(static_cast<Index>(p.prompt.size()), p.max_new_tokens);
-    const bool fits = need <= sc.blocks && (sc.chunked || static_cast<Index>(p.prompt.size()) + p.max_new_tokens - 1 <= sc.budget);
+    const bool fits =
+        need <= sc.blocks && (sc.chunked || static_cast<Index>(p.prompt.size()) + p.max_new_tokens - 1 <= sc.budget);
     if (!fits) {
       CHECK_THROWS_AS(sched.add_request(p), std::invalid_argument);
       return;
@@ -114,7 +118,8 @@ std::uint64_t run_scenario(const Scenario& sc) {
       const std::size_t j = g + static_cast<std::size_t>(i);
       d.push_back(j < t.solo.generated.size() ? t.solo.generated[j] : 0);
     }
-    if (!d.empty() && uni(0, 2) == 0) d[static_cast<std::size_t>(uni(0, static_cast<int>(k) - 1))] = static_cast<TokenId>(uni(0, kVocab - 1));
+    if (!d.empty() && uni(0, 2) == 0)
+      d[static_cast<std::size_t>(uni(0, static_cast<int>(k) - 1))] = static_cast<TokenId>(uni(0, kVocab - 1));
     return d;
   };
 
@@ -174,7 +179,8 @@ std::uint64_t run_scenario(const Scenario& sc) {
       REQUIRE(s.offset == plan.cu_q[i]);
       REQUIRE(plan.cu_q[i + 1] - plan.cu_q[i] == s.num_tokens);
       REQUIRE(s.table->num_tokens() == s.position + s.num_tokens);
-      for (Index j = 0; j < s.num_tokens; ++j) REQUIRE(plan.positions[static_cast<std::size_t>(s.offset + j)] == s.position + j);
+      for (Index j = 0; j < s.num_tokens; ++j)
+        REQUIRE(plan.positions[static_cast<std::size_t>(s.offset + j)] == s.position + j);
       if (s.prefill && sc.chunk > 0) REQUIRE(s.num_tokens <= sc.chunk);
       if (s.prefill && !sc.chunked) REQUIRE(s.sample);
       if (!s.prefill) REQUIRE(s.num_tokens == 1 + s.draft_tokens);
@@ -190,14 +196,16 @@ std::uint64_t run_scenario(const Scenario& sc) {
     if (prefill_left_out) REQUIRE(plan.num_tokens() == sc.budget);
     // Admissions follow the policy: FCFS by arrival; LPM starving requests first, oldest wait first.
     std::vector<RequestId> admitted;
-    for (std::size_t i = plan.sequences.size() - static_cast<std::size_t>(plan.num_admitted); i < plan.sequences.size(); ++i)
+    for (std::size_t i = plan.sequences.size() - static_cast<std::size_t>(plan.num_admitted); i < plan.sequences.size();
+         ++i)
       admitted.push_back(plan.sequences[i].id);
     if (!plan.preempted.empty()) REQUIRE(admitted.empty());
     if (sc.policy == inferkit::SchedulingPolicy::kFcfs) {
       std::sort(by_arrival.begin(), by_arrival.end());
       for (std::size_t i = 0; i < admitted.size(); ++i) REQUIRE(admitted[i] == by_arrival[i].second);
     } else {
-      for (std::size_t i = 0; i < std::min(admitted.size(), starving.size()); ++i) REQUIRE(admitted[i] == starving[i].second);
+      for (std::size_t i = 0; i < std::min(admitted.size(), starving.size()); ++i)
+        REQUIRE(admitted[i] == starving[i].second);
     }
     for (RequestId id : admitted) {
       REQUIRE(live.at(id).waiting);
@@ -211,7 +219,8 @@ std::uint64_t run_scenario(const Scenario& sc) {
     }
 
     for (const auto& s : plan.sequences)
-      fingerprint = test::splitmix(fingerprint ^ static_cast<std::uint64_t>(s.id * 1000003 + s.position * 1009 + s.num_tokens * 31 + s.draft_tokens));
+      fingerprint = test::splitmix(fingerprint ^ static_cast<std::uint64_t>(s.id * 1000003 + s.position * 1009 +
+                                                                            s.num_tokens * 31 + s.draft_tokens));
     for (RequestId id : plan.preempted) fingerprint = test::splitmix(fingerprint ^ static_cast<std::uint64_t>(id));
 
     // Fill reserved draft slots, run the model, maybe cancel a request in flight, report back.
@@ -224,7 +233,8 @@ std::uint64_t run_scenario(const Scenario& sc) {
     }
     const auto [tokens, counts] = test::run_plan(pool, plan, identity_of, kVocab);
     if (!plan.empty() && uni(0, 30) == 0) {
-      const RequestId id = plan.sequences[static_cast<std::size_t>(uni(0, static_cast<int>(plan.sequences.size()) - 1))].id;
+      const RequestId id =
+          plan.sequences[static_cast<std::size_t>(uni(0, static_cast<int>(plan.sequences.size()) - 1))].id;
       CHECK(sched.cancel(id));
       CHECK_FALSE(sched.contains(id));
       live.erase(id);
@@ -248,7 +258,8 @@ std::uint64_t run_scenario(const Scenario& sc) {
     for (RequestId id : sched.running_ids())
       for (auto b : sched.info(id).table->blocks()) ++holders[static_cast<std::size_t>(b)];
     for (Index b = 0; b < sc.blocks; ++b) {
-      const Index expect = holders[static_cast<std::size_t>(b)] + (trie.holds_block(static_cast<inferkit::BlockId>(b)) ? 1 : 0);
+      const Index expect =
+          holders[static_cast<std::size_t>(b)] + (trie.holds_block(static_cast<inferkit::BlockId>(b)) ? 1 : 0);
       REQUIRE(pool.refcount(static_cast<inferkit::BlockId>(b)) == expect);
     }
     // Running requests: cache contents equal a fresh prefill, pinned prefixes stay cached.
@@ -283,10 +294,11 @@ std::uint64_t run_scenario(const Scenario& sc) {
   CHECK(trie.cached_pages() == 0);
   CHECK(pool.used_blocks() == 0);
   const auto& st = sched.stats();
-  UNSCOPED_INFO("iterations " << st.iterations << " finished " << finished << " cancelled " << cancelled << " preempted "
-                              << preempted << " drafts " << drafted << " accepted " << st.accepted_draft_tokens << " cached "
-                              << cached_hits << " prefill " << st.prefill_tokens << " decode " << st.decode_tokens
-                              << " evicted " << st.evicted_pages);
+  UNSCOPED_INFO("iterations " << st.iterations << " finished " << finished << " cancelled " << cancelled
+                              << " preempted " << preempted << " drafts " << drafted << " accepted "
+                              << st.accepted_draft_tokens << " cached " << cached_hits << " prefill "
+                              << st.prefill_tokens << " decode " << st.decode_tokens << " evicted "
+                              << st.evicted_pages);
   CHECK(std::getenv("SCHED_STATS") == nullptr);
   // The scenario must exercise what it claims to.
   CHECK(finished > 50);
@@ -302,32 +314,47 @@ std::uint64_t run_scenario(const Scenario& sc) {
 TEST_CASE("scheduler model test: FCFS, chunked prefill, prefix cache, tight pool", "[serving][model]") {
   for (Index page : {1, 3, 8}) {
     INFO("page " << page);
-    run_scenario({page, tight_pool(page, 3), 12, 5, 0, true, true, inferkit::SchedulingPolicy::kFcfs, 0, 700, 11u + static_cast<unsigned>(page)});
+    run_scenario({page, tight_pool(page, 3), 12, 5, 0, true, true, inferkit::SchedulingPolicy::kFcfs, 0, 700,
+                  11u + static_cast<unsigned>(page)});
   }
 }
 
 TEST_CASE("scheduler model test: LPM with a starvation bound, chunk cap", "[serving][model]") {
   for (Index page : {1, 4, 5}) {
     INFO("page " << page);
-    run_scenario({page, tight_pool(page, 4), 14, 6, 5, true, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 6, 700,
-                  23u + static_cast<unsigned>(page)});
+    run_scenario({page, tight_pool(page, 4), 14, 6, 5, true, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 6,
+                  700, 23u + static_cast<unsigned>(page)});
   }
 }
 
 TEST_CASE("scheduler model test: unchunked prefill and no prefix cache", "[serving][model]") {
-  run_scenario({4, tight_pool(4, 2), 48, 6, 0, false, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 3, 700, 7u});
+  run_scenario(
+      {4, tight_pool(4, 2), 48, 6, 0, false, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 3, 700, 7u});
   run_scenario({2, tight_pool(2, 3), 10, 4, 0, true, false, inferkit::SchedulingPolicy::kFcfs, 0, 700, 9u});
 }
 
 TEST_CASE("scheduler model test: the same inputs give the same plans", "[serving][model]") {
-  const Scenario sc{3, tight_pool(3, 3), 12, 5, 4, true, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 4, 500, 99u};
+  const Scenario sc{3,  tight_pool(3, 3), 12, 5, 4, true, true, inferkit::SchedulingPolicy::kLongestPrefixMatch, 4, 500,
+                    99u};
   CHECK(run_scenario(sc) == run_scenario(sc));
 }
 
-TEST_CASE("scheduler model test over a quantized (KIVI) pool: the cache holds every row, the plans are the float pool's", "[serving][model][quantized]") {
+TEST_CASE(
+    "scheduler model test over a quantized (KIVI) pool: the cache holds every row, the plans are the float pool's",
+    "[serving][model][quantized]") {
   for (Index page : {1, 3, 8}) {
     INFO("page " << page);
-    const Scenario sc{page, tight_pool(page, 3), 12, 5, 0, true, true, inferkit::SchedulingPolicy::kFcfs, 0, 500, 41u + static_cast<unsigned>(page)};
+    const Scenario sc{page,
+                      tight_pool(page, 3),
+                      12,
+                      5,
+                      0,
+                      true,
+                      true,
+                      inferkit::SchedulingPolicy::kFcfs,
+                      0,
+                      500,
+                      41u + static_cast<unsigned>(page)};
     CHECK(run_scenario<inferkit::QuantizedKv>(sc) == run_scenario<float>(sc));
   }
 }

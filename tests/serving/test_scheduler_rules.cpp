@@ -26,7 +26,8 @@ std::vector<TokenId> iota_tokens(Index n, TokenId first = 0) {
 
 }  // namespace
 
-TEST_CASE("budget split: decode rows, then partial prefills, then admissions; chunks bounded by budget and cap", "[serving]") {
+TEST_CASE("budget split: decode rows, then partial prefills, then admissions; chunks bounded by budget and cap",
+          "[serving]") {
   test::ServeHarness h(4, 64, {.max_batched_tokens = 10, .max_sequences = 8, .max_prefill_chunk = 0}, false);
   const RequestId a = h.add({.prompt = {1, 2, 3}, .max_new_tokens = 20});
   auto& p1 = h.sched.schedule();
@@ -42,8 +43,10 @@ TEST_CASE("budget split: decode rows, then partial prefills, then admissions; ch
   const RequestId c = h.add({.prompt = iota_tokens(5, 200), .max_new_tokens = 2});
   auto& p2 = h.sched.schedule();
   REQUIRE(p2.sequences.size() == 2);  // a decodes, b takes the other 9 tokens, c waits
-  CHECK((p2.sequences[0].id == a && !p2.sequences[0].prefill && p2.sequences[0].num_tokens == 1 && p2.sequences[0].position == 3));
-  CHECK((p2.sequences[1].id == b && p2.sequences[1].position == 0 && p2.sequences[1].num_tokens == 9 && !p2.sequences[1].sample));
+  CHECK((p2.sequences[0].id == a && !p2.sequences[0].prefill && p2.sequences[0].num_tokens == 1 &&
+         p2.sequences[0].position == 3));
+  CHECK((p2.sequences[1].id == b && p2.sequences[1].position == 0 && p2.sequences[1].num_tokens == 9 &&
+         !p2.sequences[1].sample));
   CHECK(p2.num_tokens() == 10);
   CHECK(p2.logit_rows == std::vector<Index>{0});  // only a's row is sampled
   CHECK(std::vector<TokenId>(p2.token_ids.begin() + 1, p2.token_ids.end()) == iota_tokens(9, 100));
@@ -106,7 +109,8 @@ TEST_CASE("max_prefill_chunk splits prompts at fixed boundaries; unchunked prefi
 TEST_CASE("max_prefill_tokens caps an iteration's prefill tokens over all requests, not its decode rows", "[serving]") {
   test::ServeHarness h(4, 128, {.max_batched_tokens = 24, .max_sequences = 6, .max_prefill_tokens = 7}, true);
   std::vector<RequestId> ids;
-  for (int i = 0; i < 6; ++i) ids.push_back(h.add({.prompt = iota_tokens(5 + 3 * i, static_cast<TokenId>(20 * i)), .max_new_tokens = 6}));
+  for (int i = 0; i < 6; ++i)
+    ids.push_back(h.add({.prompt = iota_tokens(5 + 3 * i, static_cast<TokenId>(20 * i)), .max_new_tokens = 6}));
   bool capped = false, beside = false;
   while (!h.sched.idle()) {
     auto& p = h.sched.schedule();
@@ -123,17 +127,24 @@ TEST_CASE("max_prefill_tokens caps an iteration's prefill tokens over all reques
   using Catch::Matchers::Contains;
   inferkit::BlockPool<float> pool({1, 1, test::kHeadDim, 4, 16});
   using S = inferkit::Scheduler<float>;
-  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = -1}), Contains("max_prefill_tokens = -1"));
-  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = 16, .chunked_prefill = false}),
-                    Contains("needs chunked_prefill"));
-  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = 3, .prefill_chunk_alignment = 4}),
-                    Contains("max_prefill_tokens = 3"));
+  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = -1}),
+                    Contains("max_prefill_tokens = -1"));
+  CHECK_THROWS_WITH(
+      S(pool, nullptr,
+        {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = 16, .chunked_prefill = false}),
+      Contains("needs chunked_prefill"));
+  CHECK_THROWS_WITH(
+      S(pool, nullptr,
+        {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_tokens = 3, .prefill_chunk_alignment = 4}),
+      Contains("max_prefill_tokens = 3"));
 }
 
 TEST_CASE("prefill_chunk_alignment: unfinished chunks end at multiples of it, after a cached prefix too", "[serving]") {
   // Budget 10 with two decode rows leaves 8, 7 or 9: chunks are cut back to multiples of 4 of
   // the sequence's tokens; the chunk that finishes a prompt ends where the prompt ends.
-  test::ServeHarness h(4, 64, {.max_batched_tokens = 10, .max_sequences = 3, .max_prefill_chunk = 6, .prefill_chunk_alignment = 4}, true);
+  test::ServeHarness h(
+      4, 64, {.max_batched_tokens = 10, .max_sequences = 3, .max_prefill_chunk = 6, .prefill_chunk_alignment = 4},
+      true);
   const RequestId a = h.add({.prompt = iota_tokens(3, 1), .max_new_tokens = 30});
   const RequestId b = h.add({.prompt = iota_tokens(23, 100), .max_new_tokens = 3});
   std::vector<Index> ends;
@@ -173,8 +184,10 @@ TEST_CASE("prefill_chunk_alignment needs room for an aligned chunk", "[serving][
   using S = inferkit::Scheduler<float>;
   CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 10, .max_sequences = 8, .prefill_chunk_alignment = 4}),
                     Contains("max_batched_tokens = 10") && Contains("prefill_chunk_alignment - 1 (11)"));
-  CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_chunk = 3, .prefill_chunk_alignment = 4}),
-                    Contains("max_prefill_chunk = 3"));
+  CHECK_THROWS_WITH(
+      S(pool, nullptr,
+        {.max_batched_tokens = 64, .max_sequences = 8, .max_prefill_chunk = 3, .prefill_chunk_alignment = 4}),
+      Contains("max_prefill_chunk = 3"));
   CHECK_THROWS_WITH(S(pool, nullptr, {.max_batched_tokens = 64, .max_sequences = 8, .prefill_chunk_alignment = -2}),
                     Contains("prefill_chunk_alignment = -2"));
   CHECK_NOTHROW(S(pool, nullptr, {.max_batched_tokens = 11, .max_sequences = 8, .prefill_chunk_alignment = 4}));
@@ -200,7 +213,8 @@ TEST_CASE("max_sequences caps running requests; the next one is admitted when on
   for (RequestId id : {a, b, c}) CHECK(h.matches_alone(id));
 }
 
-TEST_CASE("prefix reuse: whole cached pages are skipped; a fully cached prompt recomputes its last page", "[serving][trie]") {
+TEST_CASE("prefix reuse: whole cached pages are skipped; a fully cached prompt recomputes its last page",
+          "[serving][trie]") {
   for (Index page : {1, 4}) {
     INFO("page " << page);
     test::ServeHarness h(page, 64, {.max_batched_tokens = 64, .max_sequences = 4});
@@ -242,7 +256,7 @@ TEST_CASE("prefix reuse: whole cached pages are skipped; a fully cached prompt r
     CHECK(h.pool.used_blocks() == used + 1);  // a private page for the recomputed tokens
     const BlockId own = h.sched.info(z).table->blocks().back();
     h.finish_step(q);
-    CHECK(h.pool.refcount(own) == 0);          // deduplicated against the cached page
+    CHECK(h.pool.refcount(own) == 0);  // deduplicated against the cached page
     CHECK(h.pool.used_blocks() == used);
     CHECK(h.sched.info(z).pinned_tokens == 8);
     h.drain();
@@ -279,7 +293,9 @@ TEST_CASE("pages are fed to the trie as they fill, while decoding, and pinned by
   CHECK(h.pool.used_blocks() == 0);
 }
 
-TEST_CASE("memory pressure: unpinned trie pages are evicted first, then the most recently admitted request is preempted", "[serving][preempt]") {
+TEST_CASE(
+    "memory pressure: unpinned trie pages are evicted first, then the most recently admitted request is preempted",
+    "[serving][preempt]") {
   // Page 2, 8 blocks. x leaves 2 unpinned pages in the trie; a and b then grow until the pool
   // is full.
   test::ServeHarness h(2, 8, {.max_batched_tokens = 16, .max_sequences = 4});
@@ -327,7 +343,8 @@ TEST_CASE("memory pressure: unpinned trie pages are evicted first, then the most
   CHECK(h.done.at(b).preemptions >= 1);
 }
 
-TEST_CASE("a prefill chunk that needs memory preempts a younger request whose decode row was already planned", "[serving][preempt]") {
+TEST_CASE("a prefill chunk that needs memory preempts a younger request whose decode row was already planned",
+          "[serving][preempt]") {
   // a (28-token prompt) prefills in chunks of 8; b (admitted after a) decodes. When a's last
   // chunk needs the pool's last blocks, b is preempted and its planned decode row leaves the plan.
   test::ServeHarness h(4, 8, {.max_batched_tokens = 10, .max_sequences = 2, .max_prefill_chunk = 8});
@@ -355,7 +372,9 @@ TEST_CASE("LPM admits the longest cached prefix first; a request waiting past th
   for (Index bound : {100, 1}) {
     INFO("starvation bound " << bound);
     test::ServeHarness h(2, 64,
-                         {.max_batched_tokens = 16, .max_sequences = 1, .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch,
+                         {.max_batched_tokens = 16,
+                          .max_sequences = 1,
+                          .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch,
                           .starvation_iterations = bound});
     const auto system = iota_tokens(8, 20);
     h.add({.prompt = system, .max_new_tokens = 1});
@@ -369,12 +388,15 @@ TEST_CASE("LPM admits the longest cached prefix first; a request waiting past th
     std::vector<RequestId> order;
     while (!h.sched.idle()) {
       auto& p = h.sched.schedule();
-      for (Index i = static_cast<Index>(p.sequences.size()) - p.num_admitted; i < static_cast<Index>(p.sequences.size()); ++i)
+      for (Index i = static_cast<Index>(p.sequences.size()) - p.num_admitted;
+           i < static_cast<Index>(p.sequences.size()); ++i)
         order.push_back(p.sequences[static_cast<std::size_t>(i)].id);
       h.finish_step(p);
     }
-    if (bound == 100) CHECK(order == std::vector<RequestId>{w2, w1, w0});
-    else CHECK(order == std::vector<RequestId>{w2, w0, w1});  // w0 and w1 both starve; w0 waited first (arrived first)
+    if (bound == 100)
+      CHECK(order == std::vector<RequestId>{w2, w1, w0});
+    else
+      CHECK(order == std::vector<RequestId>{w2, w0, w1});  // w0 and w1 both starve; w0 waited first (arrived first)
     for (RequestId id : {w0, w1, w2}) CHECK(h.matches_alone(id));
   }
 }
@@ -386,8 +408,11 @@ TEST_CASE("LPM hints follow the trie: a waiting request's cached prefix is refre
   for (Index refresh : {1, 0}) {
     INFO("refresh " << refresh);
     test::ServeHarness h(2, 64,
-                         {.max_batched_tokens = 16, .max_sequences = 1, .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch,
-                          .starvation_iterations = 1000, .lpm_refresh_per_iteration = refresh});
+                         {.max_batched_tokens = 16,
+                          .max_sequences = 1,
+                          .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch,
+                          .starvation_iterations = 1000,
+                          .lpm_refresh_per_iteration = refresh});
     const auto prompt = iota_tokens(6, 30);
     auto shared = prompt;
     shared.push_back(0);
@@ -398,12 +423,15 @@ TEST_CASE("LPM hints follow the trie: a waiting request's cached prefix is refre
     std::vector<RequestId> order;
     while (!h.sched.idle()) {
       auto& p = h.sched.schedule();
-      for (Index i = static_cast<Index>(p.sequences.size()) - p.num_admitted; i < static_cast<Index>(p.sequences.size()); ++i)
+      for (Index i = static_cast<Index>(p.sequences.size()) - p.num_admitted;
+           i < static_cast<Index>(p.sequences.size()); ++i)
         order.push_back(p.sequences[static_cast<std::size_t>(i)].id);
       h.finish_step(p);
     }
-    if (refresh > 0) CHECK(order == std::vector<RequestId>{r, w, v});
-    else CHECK(order == std::vector<RequestId>{r, v, w});
+    if (refresh > 0)
+      CHECK(order == std::vector<RequestId>{r, w, v});
+    else
+      CHECK(order == std::vector<RequestId>{r, v, w});
     for (RequestId id : {r, v, w}) CHECK(h.matches_alone(id));
     // A request that arrives once the pages exist gets its hint at once.
     h.add({.prompt = {1, 2, 3, 4}, .max_new_tokens = 1});
@@ -412,7 +440,8 @@ TEST_CASE("LPM hints follow the trie: a waiting request's cached prefix is refre
   }
 }
 
-TEST_CASE("speculative rows: supplied drafts and reserved slots, accepted prefix kept, table rolled back", "[serving][speculative]") {
+TEST_CASE("speculative rows: supplied drafts and reserved slots, accepted prefix kept, table rolled back",
+          "[serving][speculative]") {
   test::ServeHarness h(4, 64, {.max_batched_tokens = 16, .max_sequences = 2}, false);
   inferkit::RequestParams rp{.prompt = {3, 1, 4}, .max_new_tokens = 12, .seed = 77};
   const auto solo = test::serve_alone(rp, test::ServeHarness::kVocab);

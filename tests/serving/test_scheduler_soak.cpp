@@ -55,16 +55,22 @@ long rss_kib() {
 
 }  // namespace
 
-TEST_CASE("scheduler soak: 100k iterations, a tiny pool, arrivals and cancels; outputs exact, no leaks", "[serving][soak]") {
+TEST_CASE("scheduler soak: 100k iterations, a tiny pool, arrivals and cancels; outputs exact, no leaks",
+          "[serving][soak]") {
   constexpr int kVocab = 16;
   constexpr Index kPage = 4, kBlocks = 12;  // the largest request needs 8 blocks: at most one fits whole
   constexpr Index kMaxLive = 48;            // arrivals pause above this many live requests
   const int iterations = soak_iterations();
   std::mt19937_64 rng(20261201);
-  const auto uni = [&](int lo, int hi) { return static_cast<int>(lo + rng() % static_cast<std::uint64_t>(hi - lo + 1)); };
+  const auto uni = [&](int lo, int hi) {
+    return static_cast<int>(lo + rng() % static_cast<std::uint64_t>(hi - lo + 1));
+  };
   test::ServeHarness h(kPage, kBlocks,
-                       {.max_batched_tokens = 24, .max_sequences = 8, .max_prefill_chunk = 8,
-                        .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch, .starvation_iterations = 32});
+                       {.max_batched_tokens = 24,
+                        .max_sequences = 8,
+                        .max_prefill_chunk = 8,
+                        .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch,
+                        .starvation_iterations = 32});
   const std::vector<inferkit::ContextIdentity> ids{{"m"}, {"m", "lora"}};
   std::vector<std::vector<TokenId>> systems(3);
   for (auto& s : systems)
@@ -99,7 +105,8 @@ TEST_CASE("scheduler soak: 100k iterations, a tiny pool, arrivals and cancels; o
         inferkit::RequestParams p;
         p.identity = ids[static_cast<std::size_t>(uni(0, 4) == 0)];
         if (uni(0, 2) > 0) p.prompt = systems[static_cast<std::size_t>(uni(0, 2))];
-        for (int i = 0, n = uni(p.prompt.empty() ? 1 : 0, 6); i < n; ++i) p.prompt.push_back(static_cast<TokenId>(uni(0, kVocab - 1)));
+        for (int i = 0, n = uni(p.prompt.empty() ? 1 : 0, 6); i < n; ++i)
+          p.prompt.push_back(static_cast<TokenId>(uni(0, kVocab - 1)));
         p.max_new_tokens = uni(1, 16);
         if (uni(0, 1)) p.eos_token_ids = {static_cast<TokenId>(kVocab - 1)};
         if (uni(0, 3) == 0) p.stop_sequences = {{static_cast<TokenId>(uni(0, 3)), static_cast<TokenId>(uni(0, 3))}};
@@ -156,10 +163,11 @@ TEST_CASE("scheduler soak: 100k iterations, a tiny pool, arrivals and cancels; o
   CHECK(trie_bytes_max <= 2 * trie_bytes_warm + 4096);
   if (!kSanitized && rss_warm > 0) CHECK(rss_kib() - rss_warm < 8 * 1024);  // < 8 MiB growth after warm-up
   const auto& st = h.sched.stats();
-  UNSCOPED_INFO("iterations " << st.iterations << " finished " << finished << " cancelled " << cancelled << " (in flight "
-                                << cancelled_in_flight << ") preemptions " << st.preemptions << " evicted " << st.evicted_pages
-                                << " cached tokens " << st.cached_tokens << " accepted drafts " << st.accepted_draft_tokens
-                                << " trie bytes " << trie_bytes_warm << " -> " << trie_bytes_max);
+  UNSCOPED_INFO("iterations " << st.iterations << " finished " << finished << " cancelled " << cancelled
+                              << " (in flight " << cancelled_in_flight << ") preemptions " << st.preemptions
+                              << " evicted " << st.evicted_pages << " cached tokens " << st.cached_tokens
+                              << " accepted drafts " << st.accepted_draft_tokens << " trie bytes " << trie_bytes_warm
+                              << " -> " << trie_bytes_max);
   CHECK(std::getenv("SCHED_STATS") == nullptr);  // SCHED_STATS=1 prints the counters above
   // The run exercises what it claims to (scaled with the iteration count).
   CHECK(finished > static_cast<std::uint64_t>(iterations) / 40);

@@ -34,13 +34,16 @@ TEST_CASE("the vector of two pairs equals the mean worked out by hand", "[steeri
   // Mean over pairs: (0.5, 1.5, 1). Last token: pair 0 (3,4,5) - (0,0,0), pair 1 (0,1,0) -
   // (1,1,4) = (-1,0,-4): mean (1, 2, 0.5).
   const std::vector<float> p0{1, 2, 3, 3, 4, 5}, n0{0, 0, 0}, p1{0, 1, 0}, n1{1, 1, 1, 1, 1, 1, 1, 1, 4};
-  const std::vector<CView> pos{CView(p0.data(), 2, 3), CView(p1.data(), 1, 3)}, neg{CView(n0.data(), 1, 3), CView(n1.data(), 3, 3)};
+  const std::vector<CView> pos{CView(p0.data(), 2, 3), CView(p1.data(), 1, 3)},
+      neg{CView(n0.data(), 1, 3), CView(n1.data(), 3, 3)};
   CHECK(inferkit::contrastive_steering_vector(pos, neg) == std::vector<float>{0.5f, 1.5f, 1.0f});
-  CHECK(inferkit::contrastive_steering_vector(pos, neg, {.reduction = TokenReduction::kLastToken}) == std::vector<float>{1.0f, 2.0f, 0.5f});
+  CHECK(inferkit::contrastive_steering_vector(pos, neg, {.reduction = TokenReduction::kLastToken}) ==
+        std::vector<float>{1.0f, 2.0f, 0.5f});
   // Unit: (0.5, 1.5, 1) / sqrt(3.5).
   const auto unit = inferkit::contrastive_steering_vector(pos, neg, {.normalize = true});
   const double n = std::sqrt(3.5);
-  CHECK(unit == std::vector<float>{static_cast<float>(0.5 / n), static_cast<float>(1.5 / n), static_cast<float>(1.0 / n)});
+  CHECK(unit ==
+        std::vector<float>{static_cast<float>(0.5 / n), static_cast<float>(1.5 / n), static_cast<float>(1.0 / n)});
   // Mean norm of the reduced states: |(2,3,4)|, |(0,0,0)|, |(0,1,0)|, |(1,1,2)|.
   ContrastiveVectorBuilder b(3);
   b.add_pair(pos[0], neg[0]);
@@ -93,7 +96,8 @@ TEST_CASE("the vector from random pairs is the fp64 mean difference rounded to f
   }
 }
 
-TEST_CASE("the builder's add_pair validates and leaves the builder unchanged on a throw", "[steering][contrastive][errors]") {
+TEST_CASE("the builder's add_pair validates and leaves the builder unchanged on a throw",
+          "[steering][contrastive][errors]") {
   const std::vector<float> a{1, 2, 3, 4}, b{0, 0, 0, 0}, c{1, 2, 3};
   std::vector<float> bad{1, 2, 3, 4};
   bad[3] = std::numeric_limits<float>::quiet_NaN();
@@ -102,7 +106,8 @@ TEST_CASE("the builder's add_pair validates and leaves the builder unchanged on 
   CHECK_THROWS_WITH(builder.vector(), "inferkit: num_pairs = 0 is invalid: must be > 0: add at least one prompt pair");
   CHECK_THROWS_WITH(builder.add_pair(CView(c.data(), 1, 3), CView(b.data(), 1, 2)),
                     "inferkit: positive of pair 0: cols = 3 is invalid: must equal dim (2)");
-  CHECK_THROWS_WITH(builder.add_pair(CView(a.data(), 0, 2), CView(b.data(), 1, 2)), Catch::Contains("positive of pair 0: rows = 0"));
+  CHECK_THROWS_WITH(builder.add_pair(CView(a.data(), 0, 2), CView(b.data(), 1, 2)),
+                    Catch::Contains("positive of pair 0: rows = 0"));
   CHECK_THROWS_WITH(builder.add_pair(CView(a.data(), 2, 2), CView(bad.data(), 2, 2)),
                     "inferkit: negative of pair 0: state(1, 1) = nan is invalid: must be finite");
   CHECK(builder.num_pairs() == 0);
@@ -117,6 +122,8 @@ TEST_CASE("the builder's add_pair validates and leaves the builder unchanged on 
   CHECK_THROWS_WITH(same.vector(), Catch::Contains("mean difference norm = 0 is invalid: must be > 0 to normalize"));
   CHECK(same.mean_difference() == std::vector<double>{0.0, 0.0});
   const std::vector<CView> one{CView(a.data(), 2, 2)}, none;
-  CHECK_THROWS_WITH(inferkit::contrastive_steering_vector(none, none), "inferkit: positives.size() = 0 is invalid: must be > 0");
-  CHECK_THROWS_WITH(inferkit::contrastive_steering_vector(one, none), "inferkit: negatives.size() = 0 is invalid: must equal positives.size() (1)");
+  CHECK_THROWS_WITH(inferkit::contrastive_steering_vector(none, none),
+                    "inferkit: positives.size() = 0 is invalid: must be > 0");
+  CHECK_THROWS_WITH(inferkit::contrastive_steering_vector(one, none),
+                    "inferkit: negatives.size() = 0 is invalid: must equal positives.size() (1)");
 }

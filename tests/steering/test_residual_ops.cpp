@@ -27,7 +27,8 @@ TEST_CASE("f64 dot products follow the documented lane order and are exact to do
       for (std::size_t j = 0; j < m / 2; ++j) l[j] += l[j + m / 2];
     CHECK(inferkit::detail::dot_f64(a.data(), b.data(), n) == l[0]);
     // And against a long-double sum: within n double roundings of sum |a_i b_i|.
-    CHECK(std::abs(inferkit::detail::dot_f64(a.data(), b.data(), n) - dot(a, b)) <= double(n) * 0x1p-53 * abs_dot(a, b));
+    CHECK(std::abs(inferkit::detail::dot_f64(a.data(), b.data(), n) - dot(a, b)) <=
+          double(n) * 0x1p-53 * abs_dot(a, b));
     CHECK(std::abs(inferkit::detail::squared_norm_f64(a.data(), n) - dot(a, a)) <= double(n) * 0x1p-53 * dot(a, a));
   }
 }
@@ -114,8 +115,10 @@ TEST_CASE("ablation leaves h . u = 0 within the stated bound and matches the fp6
       inferkit::ablate_direction(h, u);
       const double hu = dot(h0, u), uu = dot(u, u);
       // The bound of residual_ops.hpp.
-      const double bound = 2 * kEps * (std::abs(hu) + norm(h) * std::sqrt(uu)) + double(n + 1) * 0x1p-52 * norm(h0) * std::sqrt(uu);
-      INFO("n = " << n << ", shape = " << shape << ", h.u before = " << hu << ", after = " << dot(h, u) << ", bound = " << bound);
+      const double bound =
+          2 * kEps * (std::abs(hu) + norm(h) * std::sqrt(uu)) + double(n + 1) * 0x1p-52 * norm(h0) * std::sqrt(uu);
+      INFO("n = " << n << ", shape = " << shape << ", h.u before = " << hu << ", after = " << dot(h, u)
+                  << ", bound = " << bound);
       CHECK(std::abs(dot(h, u)) <= bound);
       for (std::size_t i = 0; i < n; ++i) {
         const double ref = double(h0[i]) - hu / uu * double(u[i]);
@@ -150,7 +153,8 @@ TEST_CASE("ablation scale: 2 reflects the component, 0.5 halves it; norm preserv
     }
     const double f = norm(h0) / norm(plain);
     CHECK(std::abs(norm(h) - norm(h0)) <= 2.000001 * kEps * norm(h0));
-    CHECK(std::abs(dot(h, u)) <= f * (2 * kEps * (std::abs(hu) + norm(plain) * norm(u)) + double(n + 1) * 0x1p-52 * scale_ref));
+    CHECK(std::abs(dot(h, u)) <=
+          f * (2 * kEps * (std::abs(hu) + norm(plain) * norm(u)) + double(n + 1) * 0x1p-52 * scale_ref));
   }
 }
 
@@ -168,7 +172,8 @@ TEST_CASE("residual edits reject mismatched sizes, zero directions and non-finit
   bad[5] = std::numeric_limits<float>::infinity();
   CHECK_THROWS_WITH(inferkit::add_direction(h, v), "inferkit: v.size() = 7 is invalid: must equal h.size() (8)");
   CHECK_THROWS_WITH(inferkit::ablate_direction(h, v), "inferkit: u.size() = 7 is invalid: must equal h.size() (8)");
-  CHECK_THROWS_WITH(inferkit::ablate_direction(h, z), Catch::Contains("u . u = 0 is invalid") && Catch::Contains("needs a direction"));
+  CHECK_THROWS_WITH(inferkit::ablate_direction(h, z),
+                    Catch::Contains("u . u = 0 is invalid") && Catch::Contains("needs a direction"));
   CHECK_THROWS_WITH(inferkit::add_direction(h, bad), "inferkit: v[5] = inf is invalid: must be finite");
   CHECK_THROWS_AS(inferkit::ablate_direction(h, bad), std::invalid_argument);
   CHECK_THROWS_WITH(inferkit::add_direction(h, z, {.scale = std::numeric_limits<float>::quiet_NaN()}),

@@ -38,7 +38,9 @@ void ref_edit(std::vector<double>& h, EditKind kind, const std::vector<float>& v
     for (double& x : h) x *= std::sqrt(n0 / n1);
 }
 
-std::vector<float> matrix(Index rows, Index dim, unsigned seed) { return normal(static_cast<std::size_t>(rows * dim), seed, 2.0f); }
+std::vector<float> matrix(Index rows, Index dim, unsigned seed) {
+  return normal(static_cast<std::size_t>(rows * dim), seed, 2.0f);
+}
 
 }  // namespace
 
@@ -61,10 +63,12 @@ TEST_CASE("position selections are the documented intervals", "[steering][positi
   CHECK(PositionSelection::prompt().selected_rows(seq, 8) == R{0, 2});
   CHECK(PositionSelection::generated().selected_rows(seq, 8) == R{2, 8});
   CHECK(PositionSelection::range(4, 6).selected_rows(seq, 8) == R{1, 3});
-  CHECK(PositionSelection::range(0, 2).selected_rows(seq, 8).first == PositionSelection::range(0, 2).selected_rows(seq, 8).second);
+  CHECK(PositionSelection::range(0, 2).selected_rows(seq, 8).first ==
+        PositionSelection::range(0, 2).selected_rows(seq, 8).second);
   CHECK(PositionSelection::range(20, 30).selected_rows(seq, 8).first == 8);
   CHECK(PositionSelection::prompt().selected_rows({.first_position = 9, .prompt_length = 5}, 4) == R{0, 0});
-  CHECK(PositionSelection::generated().selected_rows({.first_position = std::numeric_limits<Index>::max() / 2, .prompt_length = 0}, 3) == R{0, 3});
+  CHECK(PositionSelection::generated().selected_rows(
+            {.first_position = std::numeric_limits<Index>::max() / 2, .prompt_length = 0}, 3) == R{0, 3});
 }
 
 TEST_CASE("a plan edits exactly the selected layers and positions; other rows keep their bits", "[steering][plan]") {
@@ -94,7 +98,8 @@ TEST_CASE("a plan edits exactly the selected layers and positions; other rows ke
           std::vector<double> ref(was.begin(), was.end());
           ref_edit(ref, kind, v, 1.5, false);
           for (Index i = 0; i < d; ++i)
-            CHECK(std::abs(got[static_cast<std::size_t>(i)] - ref[static_cast<std::size_t>(i)]) <= 1e-5 * (1 + std::abs(ref[static_cast<std::size_t>(i)])));
+            CHECK(std::abs(got[static_cast<std::size_t>(i)] - ref[static_cast<std::size_t>(i)]) <=
+                  1e-5 * (1 + std::abs(ref[static_cast<std::size_t>(i)])));
         }
       }
     }
@@ -112,8 +117,10 @@ TEST_CASE("edits compose in plan order, each reading the previous one's output",
       float scale;
       bool preserve;
     };
-    const std::vector<Step> steps = {{EditKind::kAdd, &w, 0.75f, false}, {EditKind::kAblate, &u, 1.0f, false},
-                                     {EditKind::kAdd, &u, 2.0f, true}, {EditKind::kAblate, &w, 0.5f, true}};
+    const std::vector<Step> steps = {{EditKind::kAdd, &w, 0.75f, false},
+                                     {EditKind::kAblate, &u, 1.0f, false},
+                                     {EditKind::kAdd, &u, 2.0f, true},
+                                     {EditKind::kAblate, &w, 0.5f, true}};
     SteeringPlan plan(2, d);
     std::vector<double> ref(h0.begin(), h0.end());
     for (const auto& s : steps) {
@@ -131,10 +138,12 @@ TEST_CASE("edits compose in plan order, each reading the previous one's output",
   }
 }
 
-TEST_CASE("order matters: ablate-then-add keeps scale * |u|^2 along u, add-then-ablate keeps none", "[steering][plan]") {
+TEST_CASE("order matters: ablate-then-add keeps scale * |u|^2 along u, add-then-ablate keeps none",
+          "[steering][plan]") {
   for (std::size_t dim : {9u, 31u, 256u}) {
     const Index d = static_cast<Index>(dim);
-    const auto u = normal(dim, 50 + static_cast<unsigned>(dim)), h0 = normal(dim, 51 + static_cast<unsigned>(dim), 2.0f);
+    const auto u = normal(dim, 50 + static_cast<unsigned>(dim)),
+               h0 = normal(dim, 51 + static_cast<unsigned>(dim), 2.0f);
     const double uu = dot(u, u), scale_ref = (norm(h0) + 3 * uu) * std::sqrt(uu);
     SteeringPlan ablate_add(1, d), add_ablate(1, d);
     ablate_add.add({.kind = EditKind::kAblate, .vector = u, .layers = {0}});
@@ -167,12 +176,14 @@ TEST_CASE("a chunk gives the same bits as its rows one at a time (positions foll
   const Index d = 47, rows = 12;
   const auto v = normal(47, 70), u = normal(47, 71);
   SteeringPlan plan(2, d);
-  plan.add({.kind = EditKind::kAdd, .vector = v, .scale = 2.0f, .layers = {1}, .positions = PositionSelection::range(4, 9)});
+  plan.add(
+      {.kind = EditKind::kAdd, .vector = v, .scale = 2.0f, .layers = {1}, .positions = PositionSelection::range(4, 9)});
   plan.add({.kind = EditKind::kAblate, .vector = u, .layers = {1}, .positions = PositionSelection::generated()});
   auto chunk = matrix(rows, d, 72);
   auto single = chunk;
   plan.apply(1, {chunk.data(), rows, d}, {.first_position = 3, .prompt_length = 8});
-  for (Index r = 0; r < rows; ++r) plan.apply(1, std::span<float>(single.data() + r * d, static_cast<std::size_t>(d)), 3 + r, 8);
+  for (Index r = 0; r < rows; ++r)
+    plan.apply(1, std::span<float>(single.data() + r * d, static_cast<std::size_t>(d)), 3 + r, 8);
   CHECK(same_bits(chunk, single));
 }
 
@@ -184,7 +195,8 @@ TEST_CASE("a plan reads row strides and leaves the padding alone", "[steering][p
   std::vector<float> buf(static_cast<std::size_t>(rows * stride), 9.0f);
   plan.apply(0, inferkit::MatrixView<float>(buf.data(), rows, d, stride), {});
   for (Index r = 0; r < rows; ++r) {
-    for (Index i = 0; i < d; ++i) CHECK(buf[static_cast<std::size_t>(r * stride + i)] == 9.0f + v[static_cast<std::size_t>(i)]);
+    for (Index i = 0; i < d; ++i)
+      CHECK(buf[static_cast<std::size_t>(r * stride + i)] == 9.0f + v[static_cast<std::size_t>(i)]);
     for (Index i = d; i < stride && r + 1 < rows; ++i) CHECK(buf[static_cast<std::size_t>(r * stride + i)] == 9.0f);
   }
 }
@@ -196,25 +208,32 @@ TEST_CASE("plan errors name the parameter: layer range, dimension, zero directio
   CHECK_THROWS_WITH(SteeringPlan(0, 8), "inferkit: num_layers = 0 is invalid: must be > 0");
   CHECK_THROWS_WITH(SteeringPlan(4, -1), "inferkit: dim = -1 is invalid: must be > 0");
   SteeringPlan plan(4, 8);
-  CHECK_THROWS_WITH(plan.add({.vector = short_v, .layers = {0}}), "inferkit: vector.size() = 7 is invalid: must equal the plan's dim (8)");
+  CHECK_THROWS_WITH(plan.add({.vector = short_v, .layers = {0}}),
+                    "inferkit: vector.size() = 7 is invalid: must equal the plan's dim (8)");
   CHECK_THROWS_WITH(plan.add({.vector = nan_v, .layers = {0}}), "inferkit: vector[3] = nan is invalid: must be finite");
   CHECK_THROWS_WITH(plan.add({.kind = EditKind::kAblate, .vector = zero, .layers = {0}}),
                     Catch::Contains("vector . vector = 0 is invalid") && Catch::Contains("ablation needs a direction"));
   CHECK_NOTHROW(plan.add({.kind = EditKind::kAdd, .vector = zero, .layers = {0}}));  // adding zero is allowed
   CHECK_THROWS_AS(plan.add({.vector = v, .layers = {4}}), std::out_of_range);
-  CHECK_THROWS_WITH(plan.add({.vector = v, .layers = {1, -1}}), "inferkit: layers[1] = -1 is invalid: must be in [0, 4)");
-  CHECK_THROWS_WITH(plan.add({.vector = v, .layers = {}}), "inferkit: layers.size() = 0 is invalid: must name at least one layer");
+  CHECK_THROWS_WITH(plan.add({.vector = v, .layers = {1, -1}}),
+                    "inferkit: layers[1] = -1 is invalid: must be in [0, 4)");
+  CHECK_THROWS_WITH(plan.add({.vector = v, .layers = {}}),
+                    "inferkit: layers.size() = 0 is invalid: must name at least one layer");
   CHECK_THROWS_WITH(plan.add({.vector = v, .layers = {2, 2}}), "inferkit: layers[1] = 2 is invalid: repeats a layer");
-  CHECK_THROWS_WITH(plan.add({.vector = v, .scale = INFINITY, .layers = {0}}), "inferkit: scale = inf is invalid: must be finite");
+  CHECK_THROWS_WITH(plan.add({.vector = v, .scale = INFINITY, .layers = {0}}),
+                    "inferkit: scale = inf is invalid: must be finite");
   CHECK_THROWS_WITH(plan.add({.vector = v, .layers = {0}, .positions = PositionSelection::range(5, 3)}),
                     "inferkit: positions.end = 3 is invalid: must be >= positions.begin (5)");
   CHECK(plan.size() == 1);  // only the zero addition went in
   std::vector<float> h(16, 0.0f);
   CHECK_THROWS_WITH(plan.apply(4, {h.data(), 2, 8}, {}), "inferkit: layer = 4 is invalid: must be in [0, 4)");
   CHECK_THROWS_AS(plan.apply(-1, {h.data(), 2, 8}, {}), std::out_of_range);
-  CHECK_THROWS_WITH(plan.apply(0, {h.data(), 2, 7}, {}), "inferkit: hidden.cols() = 7 is invalid: must equal the plan's dim (8)");
-  CHECK_THROWS_WITH(plan.apply(0, {h.data(), 2, 8}, {.first_position = -1}), "inferkit: first_position = -1 is invalid: must be >= 0");
-  CHECK_THROWS_WITH(plan.apply(0, {h.data(), 2, 8}, {.prompt_length = -2}), "inferkit: prompt_length = -2 is invalid: must be >= 0");
+  CHECK_THROWS_WITH(plan.apply(0, {h.data(), 2, 7}, {}),
+                    "inferkit: hidden.cols() = 7 is invalid: must equal the plan's dim (8)");
+  CHECK_THROWS_WITH(plan.apply(0, {h.data(), 2, 8}, {.first_position = -1}),
+                    "inferkit: first_position = -1 is invalid: must be >= 0");
+  CHECK_THROWS_WITH(plan.apply(0, {h.data(), 2, 8}, {.prompt_length = -2}),
+                    "inferkit: prompt_length = -2 is invalid: must be >= 0");
   CHECK_THROWS_AS(plan.acts_at(9), std::out_of_range);
   CHECK_THROWS_AS(plan.vector(1), std::out_of_range);
 }

@@ -75,9 +75,12 @@ TEST_CASE("one cache read by several threads while attention runs on each", "[th
       opt.num_threads = threads;
       const inferkit::Tensor3View<float> ov(out.data(), tq, kHq, kD);
       const inferkit::MatrixView<float> lv(lse.data(), tq, kHq);
-      if (source == 0) inferkit::attention(qv, dense.source(0), ov, lv, opt);
-      else if (source == 1) inferkit::attention(qv, quant.source(0), ov, lv, opt);
-      else inferkit::attention(qv, table.source(0), ov, lv, opt);
+      if (source == 0)
+        inferkit::attention(qv, dense.source(0), ov, lv, opt);
+      else if (source == 1)
+        inferkit::attention(qv, quant.source(0), ov, lv, opt);
+      else
+        inferkit::attention(qv, table.source(0), ov, lv, opt);
       out.insert(out.end(), lse.begin(), lse.end());
       return out;
     };
@@ -102,7 +105,8 @@ TEST_CASE("one cache read by several threads while attention runs on each", "[th
     std::vector<float> out(q.size());
     inferkit::AttentionOptions opt;
     opt.num_threads = threads;
-    inferkit::attention_batch(inferkit::Tensor3View<const float>(q.data(), 9, kHq, kD), std::span<const std::int32_t>(cu), sources,
+    inferkit::attention_batch(inferkit::Tensor3View<const float>(q.data(), 9, kHq, kD),
+                              std::span<const std::int32_t>(cu), sources,
                               inferkit::Tensor3View<float>(out.data(), 9, kHq, kD), {}, opt);
     return out;
   };
@@ -117,7 +121,8 @@ TEST_CASE("batched sampling from several threads equals sampling each row alone"
   const auto logits = normal(static_cast<std::size_t>(kRows * kVocab), 5);
   std::vector<std::vector<TokenId>> history(kRows);
   for (Index r = 0; r < kRows; ++r)
-    for (Index i = 0; i < 20; ++i) history[static_cast<std::size_t>(r)].push_back(static_cast<TokenId>((r * 131 + i * 17) % kVocab));
+    for (Index i = 0; i < 20; ++i)
+      history[static_cast<std::size_t>(r)].push_back(static_cast<TokenId>((r * 131 + i * 17) % kVocab));
   const std::vector<std::span<const TokenId>> hs(history.begin(), history.end());
   std::vector<std::uint64_t> streams(kRows);
   for (Index r = 0; r < kRows; ++r) streams[static_cast<std::size_t>(r)] = static_cast<std::uint64_t>(100 + r);
@@ -132,15 +137,17 @@ TEST_CASE("batched sampling from several threads equals sampling each row alone"
     for (Index r = 0; r < kRows; ++r) {
       std::vector<float> row(logits.begin() + r * kVocab, logits.begin() + (r + 1) * kVocab);
       inferkit::SamplerState st = chain.make_state();
-      want[static_cast<std::size_t>(r)] = chain.sample(row, hs[static_cast<std::size_t>(r)], st, inferkit::CounterRng(7, streams[static_cast<std::size_t>(r)]), 3);
+      want[static_cast<std::size_t>(r)] = chain.sample(
+          row, hs[static_cast<std::size_t>(r)], st, inferkit::CounterRng(7, streams[static_cast<std::size_t>(r)]), 3);
       want_states.push_back(st);
     }
     std::vector<std::vector<TokenId>> got(kThreads, std::vector<TokenId>(kRows));
-    std::vector<std::vector<inferkit::SamplerState>> states(kThreads, std::vector<inferkit::SamplerState>(kRows, chain.make_state()));
+    std::vector<std::vector<inferkit::SamplerState>> states(
+        kThreads, std::vector<inferkit::SamplerState>(kRows, chain.make_state()));
     concurrently([&](int t) {
       std::vector<float> mine = logits;  // the batch filters its logits in place
-      chain.sample_batch(inferkit::MatrixView<float>(mine.data(), kRows, kVocab), hs, states[static_cast<std::size_t>(t)], 7, streams, 3,
-                         got[static_cast<std::size_t>(t)], 2);
+      chain.sample_batch(inferkit::MatrixView<float>(mine.data(), kRows, kVocab), hs,
+                         states[static_cast<std::size_t>(t)], 7, streams, 3, got[static_cast<std::size_t>(t)], 2);
     });
     for (int t = 0; t < kThreads; ++t) {
       CHECK(got[static_cast<std::size_t>(t)] == want);
@@ -149,7 +156,8 @@ TEST_CASE("batched sampling from several threads equals sampling each row alone"
   }
 }
 
-TEST_CASE("batched speculative verification from several threads equals verifying each alone", "[threading][speculative]") {
+TEST_CASE("batched speculative verification from several threads equals verifying each alone",
+          "[threading][speculative]") {
   constexpr Index kVocab = 500, kItems = 6;
   std::vector<std::vector<float>> q(kItems), p(kItems);
   std::vector<std::vector<TokenId>> drafts(kItems);
@@ -172,13 +180,18 @@ TEST_CASE("batched speculative verification from several threads equals verifyin
     dist(pj, k + 1);
     for (Index i = 0; i < k; ++i) drafts[static_cast<std::size_t>(j)].push_back(static_cast<TokenId>(rng() % kVocab));
     const bool point_mass = j % 3 == 2 && k > 0;
-    items.push_back({drafts[static_cast<std::size_t>(j)], point_mass ? inferkit::MatrixView<const float>{} : inferkit::MatrixView<const float>(qj.data(), k, kVocab),
-                     {pj.data(), k + 1, kVocab}, inferkit::CounterRng(11, static_cast<std::uint64_t>(j)), 5});
+    items.push_back(
+        {drafts[static_cast<std::size_t>(j)],
+         point_mass ? inferkit::MatrixView<const float>{} : inferkit::MatrixView<const float>(qj.data(), k, kVocab),
+         {pj.data(), k + 1, kVocab},
+         inferkit::CounterRng(11, static_cast<std::uint64_t>(j)),
+         5});
   }
   std::vector<inferkit::VerifyResult> want;
   for (const auto& it : items)
-    want.push_back(it.q.rows() == 0 && !it.draft.empty() ? inferkit::verify_point_mass_draft(it.draft, it.p, it.rng, it.first_draw)
-                                                         : inferkit::verify_draft(it.draft, it.q, it.p, it.rng, it.first_draw));
+    want.push_back(it.q.rows() == 0 && !it.draft.empty()
+                       ? inferkit::verify_point_mass_draft(it.draft, it.p, it.rng, it.first_draw)
+                       : inferkit::verify_draft(it.draft, it.q, it.p, it.rng, it.first_draw));
   std::vector<std::vector<inferkit::VerifyResult>> got(kThreads);
   concurrently([&](int t) { got[static_cast<std::size_t>(t)] = inferkit::verify_batch(items, {}, 2); });
   for (const auto& g : got) {

@@ -88,12 +88,14 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, c
       const Index tk = tasks[i].kv->num_tokens();
       const Index per = invariant ? invariant_split : decode_split_tokens(tk, num_kv_heads, opt.kv_split_tokens);
       const Index rows = tq * p.group;
-      DecodeLayout lay{i, std::max<Index>(1, ceil_div(tk, per)), rows,
-                       invariant ? lanes_padded_rows(rows) : decode_padded_rows(rows), decode_padded_dim(p.head_dim()),
+      DecodeLayout lay{i,
+                       std::max<Index>(1, ceil_div(tk, per)),
+                       rows,
+                       invariant ? lanes_padded_rows(rows) : decode_padded_rows(rows),
+                       decode_padded_dim(p.head_dim()),
                        partial_rows};
       for (Index g = 0; g < num_kv_heads; ++g)
-        for (Index s = 0; s < lay.splits; ++s)
-          units.push_back({i, g, s * per, std::min(tk, (s + 1) * per), s});
+        for (Index s = 0; s < lay.splits; ++s) units.push_back({i, g, s * per, std::min(tk, (s + 1) * per), s});
       partial_rows += static_cast<std::size_t>(num_kv_heads * lay.splits * lay.padded_rows);
       decodes.push_back(lay);
     } else {
@@ -112,7 +114,8 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, c
     std::size_t acc = 0;
     for (std::size_t k = 0; k < decodes.size(); ++k) {
       o_offset[k] = acc;
-      acc += static_cast<std::size_t>(num_kv_heads * decodes[k].splits * decodes[k].padded_rows * decodes[k].padded_dim);
+      acc +=
+          static_cast<std::size_t>(num_kv_heads * decodes[k].splits * decodes[k].padded_rows * decodes[k].padded_dim);
     }
   }
   std::vector<Index> decode_index(tasks.size(), -1);
@@ -137,8 +140,10 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, c
         float* o = part_o.data() + o_offset[k] + slot * lay.padded_rows * lay.padded_dim;
         float* m = part_m.data() + lay.offset + slot * lay.padded_rows;
         float* l = part_l.data() + lay.offset + slot * lay.padded_rows;
-        if (invariant) invariant_split_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre, o, m, l);
-        else decode_partial(task.problem, *task.kv, w.kv_head, w.begin, w.end, dec, o, m, l);
+        if (invariant)
+          invariant_split_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre, o, m, l);
+        else
+          decode_partial(task.problem, *task.kv, w.kv_head, w.begin, w.end, dec, o, m, l);
       }
     }
 
@@ -265,20 +270,24 @@ void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> 
 /// attention_varlen() over mutable key / value views (Tensor3View<float>, ...): deduces the
 /// element type that the const overload cannot deduce from a non-const view.
 template <class K, class V>
-  requires(std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> && !(std::is_const_v<K> && std::is_const_v<V>))
-void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, Tensor3View<K> k,
-                      Tensor3View<V> v, std::span<const std::int32_t> cu_k, Tensor3View<float> out,
-                      MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+requires(std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> &&
+         !(std::is_const_v<K> &&
+           std::is_const_v<V>)) void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q,
+                                                      Tensor3View<K> k, Tensor3View<V> v,
+                                                      std::span<const std::int32_t> cu_k, Tensor3View<float> out,
+                                                      MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
   using T = std::remove_const_t<K>;
   attention_varlen<T>(q, cu_q, Tensor3View<const T>(k), Tensor3View<const T>(v), cu_k, out, lse, opt);
 }
 
 /// attention_varlen() over mutable key / value views, without the LSE output.
 template <class K, class V>
-  requires(std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> && !(std::is_const_v<K> && std::is_const_v<V>))
-void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, Tensor3View<K> k,
-                      Tensor3View<V> v, std::span<const std::int32_t> cu_k, Tensor3View<float> out,
-                      const AttentionOptions& opt) {
+requires(std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> &&
+         !(std::is_const_v<K> &&
+           std::is_const_v<V>)) void attention_varlen(Tensor3View<const float> q, std::span<const std::int32_t> cu_q,
+                                                      Tensor3View<K> k, Tensor3View<V> v,
+                                                      std::span<const std::int32_t> cu_k, Tensor3View<float> out,
+                                                      const AttentionOptions& opt) {
   using T = std::remove_const_t<K>;
   attention_varlen<T>(q, cu_q, Tensor3View<const T>(k), Tensor3View<const T>(v), cu_k, out, MatrixView<float>{}, opt);
 }
@@ -313,7 +322,6 @@ void attention_batch_impl(Tensor3View<const float> q, std::span<const Offset> cu
   }
   run_attention<S>(tasks, hkv, opt);
 }
-
 
 }  // namespace detail
 
@@ -351,8 +359,8 @@ void attention_batch_impl(Tensor3View<const float> q, std::span<const Offset> cu
 /// Thread-safety: reads q and the sources, writes only out and lse; concurrent calls on
 /// distinct outputs are safe.
 template <class Sources>
-  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
-           KvSource<std::ranges::range_value_t<Sources>>
+requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+    KvSource<std::ranges::range_value_t<Sources>>
 void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, const Sources& kv,
                      Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
   detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
@@ -361,18 +369,18 @@ void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> c
 /// attention_batch with Index (std::ptrdiff_t) query offsets, as serving's BatchPlan::cu_q
 /// holds them; otherwise identical (same parameters, errors and thread-safety).
 template <class Sources>
-  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
-           KvSource<std::ranges::range_value_t<Sources>>
-void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv,
-                     Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+    KvSource<std::ranges::range_value_t<Sources>>
+void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv, Tensor3View<float> out,
+                     MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
   detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
 }
 
 /// attention_batch() without the LSE output (int32_t query offsets):
 /// `attention_batch(q, cu_q, sources, out, {.batch_invariant = true})`.
 template <class Sources>
-  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
-           KvSource<std::ranges::range_value_t<Sources>>
+requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+    KvSource<std::ranges::range_value_t<Sources>>
 void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, const Sources& kv,
                      Tensor3View<float> out, const AttentionOptions& opt) {
   detail::attention_batch_impl(q, cu_q, kv, out, MatrixView<float>{}, opt);
@@ -380,10 +388,10 @@ void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> c
 
 /// attention_batch() without the LSE output (Index query offsets, as BatchPlan::cu_q).
 template <class Sources>
-  requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
-           KvSource<std::ranges::range_value_t<Sources>>
-void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv,
-                     Tensor3View<float> out, const AttentionOptions& opt) {
+requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+    KvSource<std::ranges::range_value_t<Sources>>
+void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv, Tensor3View<float> out,
+                     const AttentionOptions& opt) {
   detail::attention_batch_impl(q, cu_q, kv, out, MatrixView<float>{}, opt);
 }
 

@@ -30,8 +30,9 @@ class DenseKv {
       : keys_(keys), values_(values), positions_{nullptr, first_position} {
     validate();
     // Positions are int32: the last one, first_position + tokens - 1, must be one too.
-    require(std::int64_t{first_position} + keys.dim0() - 1 <= std::numeric_limits<std::int32_t>::max(), "first_position",
-            first_position, "plus the number of tokens (" + std::to_string(keys.dim0()) + ") must stay within int32 positions");
+    require(std::int64_t{first_position} + keys.dim0() - 1 <= std::numeric_limits<std::int32_t>::max(),
+            "first_position", first_position,
+            "plus the number of tokens (" + std::to_string(keys.dim0()) + ") must stay within int32 positions");
   }
 
   /// Explicit per-token positions (one per token; the span must outlive the source).
@@ -43,9 +44,9 @@ class DenseKv {
             "must equal the number of tokens (" + std::to_string(keys.dim0()) + ")");
   }
 
-  Index num_kv_heads() const { return keys_.dim1(); }  ///< KV heads (dim1 of the tensors)
-  Index head_dim() const { return keys_.dim2(); }      ///< values per head (dim2)
-  Index num_tokens() const { return keys_.dim0(); }    ///< tokens (dim0)
+  Index num_kv_heads() const { return keys_.dim1(); }            ///< KV heads (dim1 of the tensors)
+  Index head_dim() const { return keys_.dim2(); }                ///< values per head (dim2)
+  Index num_tokens() const { return keys_.dim0(); }              ///< tokens (dim0)
   Index num_blocks() const { return keys_.dim0() > 0 ? 1 : 0; }  ///< 1, or 0 when empty
 
   /// The single block of one KV head (head in [0, num_kv_heads()); not checked).
@@ -73,11 +74,13 @@ class DenseKv {
 
 /// Deduces DenseKv<T> from const or mutable views: `DenseKv src(k, v)` with Tensor3View<float>.
 template <class K, class V>
-  requires std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>>
-DenseKv(Tensor3View<K>, Tensor3View<V>, std::int32_t = 0) -> DenseKv<std::remove_const_t<K>>;
+requires std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> DenseKv(Tensor3View<K>, Tensor3View<V>,
+                                                                                std::int32_t = 0)
+->DenseKv<std::remove_const_t<K>>;
 /// Deduces DenseKv<T> from const or mutable views with explicit positions.
 template <class K, class V>
-  requires std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>>
-DenseKv(Tensor3View<K>, Tensor3View<V>, std::span<const std::int32_t>) -> DenseKv<std::remove_const_t<K>>;
+requires std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> DenseKv(Tensor3View<K>, Tensor3View<V>,
+                                                                                std::span<const std::int32_t>)
+->DenseKv<std::remove_const_t<K>>;
 
 }  // namespace inferkit

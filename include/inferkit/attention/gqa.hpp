@@ -19,7 +19,7 @@ class HeadGroups {
             "must be a multiple of num_kv_heads (" + std::to_string(num_kv_heads) + ")");
   }
 
-  Index num_q_heads() const { return hq_; }  ///< query heads
+  Index num_q_heads() const { return hq_; }    ///< query heads
   Index num_kv_heads() const { return hkv_; }  ///< KV heads
   /// Query heads per KV head.
   Index group_size() const { return hq_ / hkv_; }

@@ -30,7 +30,7 @@ namespace inferkit {
 /// Positions of a block's tokens: an explicit array, or consecutive values from `first`.
 struct TokenPositions {
   const std::int32_t* explicit_positions = nullptr;  ///< per-token positions, or nullptr for consecutive positions
-  std::int32_t first = 0;  ///< position of token 0 when explicit_positions is null
+  std::int32_t first = 0;                            ///< position of token 0 when explicit_positions is null
 
   /// Position of token i.
   std::int32_t operator[](Index i) const {
@@ -46,7 +46,7 @@ struct TokenPositions {
 /// Float rows handed to a kernel: row i starts at data + i * stride.
 struct RowsF32 {
   const float* data = nullptr;  ///< row 0
-  Index stride = 0;  ///< floats between consecutive rows
+  Index stride = 0;             ///< floats between consecutive rows
 };
 
 /// Rows of one head stored one token after another as T (float, Float16 or BFloat16).
@@ -55,9 +55,10 @@ struct DenseRows {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>,
                 "DenseRows stores float, Float16 or BFloat16");
   const T* data = nullptr;  ///< row 0 (token 0 of the block)
-  Index row_stride = 0;   ///< elements between consecutive tokens
+  Index row_stride = 0;     ///< elements between consecutive tokens
 
-  /// Float rows [first, first + count) of dim values: in place for float when allowed, else converted into scratch (rows of scratch_stride floats).
+  /// Float rows [first, first + count) of dim values: in place for float when allowed, else converted into scratch
+  /// (rows of scratch_stride floats).
   RowsF32 load_f32(Index first, Index count, Index dim, float* scratch, Index scratch_stride,
                    bool allow_in_place) const {
     const T* src = data + first * row_stride;
@@ -83,12 +84,12 @@ struct DenseRows {
 /// Rows [0, tokens) are stored this way (later ones, e.g. a full-precision tail, are not).
 struct QuantRowsView {
   const std::uint8_t* codes = nullptr;  ///< packed codes of token 0
-  const std::byte* params = nullptr;  ///< (binary16 step, binary16 minimum) pairs
-  int bits = 0;  ///< bits per code: 8, 4 or 2
-  bool symmetric = true;  ///< symmetric codes (zero = -2^(bits-1) * step)
-  bool per_channel = false;  ///< parameters per channel over token groups (else per token along the row)
-  Index group_size = 0;  ///< values (per token) or tokens (per channel) per parameter pair
-  Index tokens = 0;  ///< leading rows stored this way
+  const std::byte* params = nullptr;    ///< (binary16 step, binary16 minimum) pairs
+  int bits = 0;                         ///< bits per code: 8, 4 or 2
+  bool symmetric = true;                ///< symmetric codes (zero = -2^(bits-1) * step)
+  bool per_channel = false;             ///< parameters per channel over token groups (else per token along the row)
+  Index group_size = 0;                 ///< values (per token) or tokens (per channel) per parameter pair
+  Index tokens = 0;                     ///< leading rows stored this way
 };
 template <class Rows>
 concept QuantizedRows = requires(const Rows& r) {
@@ -98,9 +99,9 @@ concept QuantizedRows = requires(const Rows& r) {
 /// One block of a sequence's cache for one KV head.
 template <class KeyRows, class ValueRows>
 struct KvBlock {
-  Index num_tokens = 0;  ///< tokens in the block
-  KeyRows keys;  ///< key row store
-  ValueRows values;  ///< value row store
+  Index num_tokens = 0;      ///< tokens in the block
+  KeyRows keys;              ///< key row store
+  ValueRows values;          ///< value row store
   TokenPositions positions;  ///< position of each token
 };
 

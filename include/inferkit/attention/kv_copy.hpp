@@ -37,8 +37,10 @@ Index copy_kv_head(const S& kv, Index head, MatrixView<float> keys, MatrixView<f
   const Index n = kv.num_tokens(), d = kv.head_dim();
   const auto check = [&](const MatrixView<float>& m, const char* name) {
     if (m.rows() == 0 && m.cols() == 0) return false;  // skipped
-    require(m.rows() == n, std::string(name) + ".rows()", m.rows(), "must equal kv.num_tokens() (" + std::to_string(n) + ")");
-    require(m.cols() == d, std::string(name) + ".cols()", m.cols(), "must equal kv.head_dim() (" + std::to_string(d) + ")");
+    require(m.rows() == n, std::string(name) + ".rows()", m.rows(),
+            "must equal kv.num_tokens() (" + std::to_string(n) + ")");
+    require(m.cols() == d, std::string(name) + ".cols()", m.cols(),
+            "must equal kv.head_dim() (" + std::to_string(d) + ")");
     return true;
   };
   const bool want_k = check(keys, "keys"), want_v = check(values, "values");

@@ -61,20 +61,22 @@ enum class AttentionArithmetic {
 };
 
 /// The arithmetic's name as the llama2c example's --attn-arith flag spells it: "exact" or "fast".
-inline const char* arithmetic_name(AttentionArithmetic a) { return a == AttentionArithmetic::kExact ? "exact" : "fast"; }
+inline const char* arithmetic_name(AttentionArithmetic a) {
+  return a == AttentionArithmetic::kExact ? "exact" : "fast";
+}
 
 /// Options of every attention entry point (file comment: positions, masks, score, batch-invariant
 /// mode). An aggregate for designated initializers: `{.causal = false, .window = 4096}`.
 struct AttentionOptions {
-  std::optional<float> scale = std::nullopt;      ///< score scale; default 1 / sqrt(head_dim)
-  bool causal = true;                             ///< causal mask (key visible iff k_pos <= q_pos)
-  Index window = 0;                               ///< sliding window W in positions; 0 = none
-  bool alibi = false;                             ///< ALiBi with slopes alibi_slopes(num_q_heads)
-  std::span<const float> alibi_slopes = {};       ///< custom per-query-head slopes (implies alibi)
-  float softcap = 0.0f;                           ///< score soft-cap c (c * tanh(s / c)); 0 = off
+  std::optional<float> scale = std::nullopt;           ///< score scale; default 1 / sqrt(head_dim)
+  bool causal = true;                                  ///< causal mask (key visible iff k_pos <= q_pos)
+  Index window = 0;                                    ///< sliding window W in positions; 0 = none
+  bool alibi = false;                                  ///< ALiBi with slopes alibi_slopes(num_q_heads)
+  std::span<const float> alibi_slopes = {};            ///< custom per-query-head slopes (implies alibi)
+  float softcap = 0.0f;                                ///< score soft-cap c (c * tanh(s / c)); 0 = off
   std::span<const std::int32_t> query_positions = {};  ///< one per query row; default bottom-right aligned
-  int num_threads = 0;                            ///< OpenMP threads; 0 = OpenMP default
-  Index kv_split_tokens = 0;                      ///< decode split size in tokens; 0 = chosen from the shape
+  int num_threads = 0;                                 ///< OpenMP threads; 0 = OpenMP default
+  Index kv_split_tokens = 0;                           ///< decode split size in tokens; 0 = chosen from the shape
   /// Batch-invariant mode (file comment): a row's bits do not depend on its batch mates, its
   /// chunking, its path or the thread count. kv_split_tokens, if set, must then be a multiple of
   /// kBatchInvariantKeyTile; it is part of what the bits depend on.

@@ -30,8 +30,10 @@ void attention_reference(Tensor3View<const float> q, const S& kv, Tensor3View<fl
             "must equal q.dim0() (" + std::to_string(tq) + ")");
   const double scale = opt.scale ? double(*opt.scale) : 1.0 / std::sqrt(double(d));
   std::vector<float> slopes;
-  if (!opt.alibi_slopes.empty()) slopes.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
-  else if (opt.alibi) slopes = alibi_slopes(hq);
+  if (!opt.alibi_slopes.empty())
+    slopes.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
+  else if (opt.alibi)
+    slopes = alibi_slopes(hq);
   const detail::MaskRule rule{opt.causal, opt.window};
   const std::int64_t anchor = last_position(kv);
   if (opt.query_positions.empty())  // the same int32 rule as attention() (detail::ProblemBuilder)

@@ -20,9 +20,11 @@ enum class RopeStyle { kAdjacentPairs, kHalfSplit };
 
 /// Rotary position embedding (Su et al. 2021) parameters.
 struct RopeOptions {
-  RopeStyle style = RopeStyle::kAdjacentPairs;  ///< pair convention: adjacent (llama2.c, GPT-J) or half-split (GPT-NeoX, HF Llama)
-  double base = 10000.0;  ///< frequency base: pair i rotates by position * base^(-2i / rotary_dim)
-  Index rotary_dim = 0;   ///< rotated dimensions: 0 = the whole head_dim, otherwise an even prefix of it (0 = the whole head_dim; otherwise an even prefix of it)
+  RopeStyle style =
+      RopeStyle::kAdjacentPairs;  ///< pair convention: adjacent (llama2.c, GPT-J) or half-split (GPT-NeoX, HF Llama)
+  double base = 10000.0;          ///< frequency base: pair i rotates by position * base^(-2i / rotary_dim)
+  Index rotary_dim = 0;  ///< rotated dimensions: 0 = the whole head_dim, otherwise an even prefix of it (0 = the whole
+                         ///< head_dim; otherwise an even prefix of it)
 };
 
 namespace detail {

@@ -37,10 +37,10 @@ class AlignedBuffer {
     for (std::size_t i = 0; i < size_; ++i) data_[i] = value;
   }
 
-  T* data() { return data_.get(); }  ///< first element
-  const T* data() const { return data_.get(); }  ///< first element
-  std::size_t size() const { return size_; }  ///< number of elements
-  T& operator[](std::size_t i) { return data_[i]; }  ///< element i (not bounds-checked)
+  T* data() { return data_.get(); }                              ///< first element
+  const T* data() const { return data_.get(); }                  ///< first element
+  std::size_t size() const { return size_; }                     ///< number of elements
+  T& operator[](std::size_t i) { return data_[i]; }              ///< element i (not bounds-checked)
   const T& operator[](std::size_t i) const { return data_[i]; }  ///< element i (not bounds-checked)
 
  private:

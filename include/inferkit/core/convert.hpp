@@ -76,8 +76,8 @@ inline void convert(const float* src, BFloat16* dst, std::size_t n) {
       const __m512 v = _mm512_loadu_ps(src + i);
       const __m512i x = _mm512_castps_si512(v);
       const __m512i hi = _mm512_srli_epi32(x, 16);
-      const __m512i rounded = _mm512_srli_epi32(
-          _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(hi, one)), 16);
+      const __m512i rounded =
+          _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(hi, one)), 16);
       const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
       const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, quiet));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
@@ -93,8 +93,8 @@ inline void convert(const float* src, BFloat16* dst, std::size_t n) {
       const __m256 v = _mm256_loadu_ps(src + i);
       const __m256i x = _mm256_castps_si256(v);
       const __m256i hi = _mm256_srli_epi32(x, 16);
-      const __m256i rounded = _mm256_srli_epi32(
-          _mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(hi, one)), 16);
+      const __m256i rounded =
+          _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(hi, one)), 16);
       const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
       const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
       // packus works per 128-bit lane; the permute gathers the 8 results into the low half.
@@ -109,12 +109,13 @@ inline void convert(const float* src, BFloat16* dst, std::size_t n) {
 /// Whether a simd::VecF loads straight from T storage with the widening done in registers
 /// (load_vec below). Where it does not, kernels decode T rows into a float scratch first.
 template <class T>
-inline constexpr bool kLoadsInRegisters =
-    std::is_same_v<T, float>
+inline constexpr bool kLoadsInRegisters = std::is_same_v<T, float>
 #if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
-    || (simd::kWidth == 16 && (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>))
+                                          || (simd::kWidth == 16 &&
+                                              (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>))
 #elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__) && defined(__F16C__)
-    || (simd::kWidth == 8 && (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>))
+                                          || (simd::kWidth == 8 &&
+                                              (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>))
 #endif
     ;
 
@@ -129,15 +130,15 @@ inline simd::VecF load_vec(const T* p) {
   else if constexpr (std::is_same_v<T, Float16>) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   } else {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
   }
 #elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__) && defined(__F16C__)
   else if constexpr (std::is_same_v<T, Float16>) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   } else {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
   }
 #endif
 }

@@ -26,8 +26,7 @@ std::string describe_value(const T& value) {
     out << value;
   } else if constexpr (std::is_same_v<T, bool>) {
     out << (value ? "true" : "false");
-  } else if constexpr (std::is_same_v<T, char> || std::is_same_v<T, signed char> ||
-                       std::is_same_v<T, unsigned char>) {
+  } else if constexpr (std::is_same_v<T, char> || std::is_same_v<T, signed char> || std::is_same_v<T, unsigned char>) {
     out << static_cast<int>(value);
   } else if constexpr (std::is_pointer_v<T> && !std::is_convertible_v<T, const char*>) {
     out << (value == nullptr ? "nullptr" : "non-null pointer");
@@ -52,23 +51,21 @@ std::string error_message(std::string_view parameter, const T& value, std::strin
 
 /// Throws std::invalid_argument naming `parameter`, its `value` and the `requirement` it broke.
 template <class T>
-[[noreturn]] void throw_invalid_argument(std::string_view parameter, const T& value,
-                                         std::string_view requirement) {
+[[noreturn]] void throw_invalid_argument(std::string_view parameter, const T& value, std::string_view requirement) {
   throw std::invalid_argument(detail::error_message(parameter, value, requirement));
 }
 
 /// Throws std::out_of_range naming `parameter`, its `value` and the valid range.
 template <class T>
-[[noreturn]] void throw_out_of_range(std::string_view parameter, const T& value,
-                                     std::string_view requirement) {
+[[noreturn]] void throw_out_of_range(std::string_view parameter, const T& value, std::string_view requirement) {
   throw std::out_of_range(detail::error_message(parameter, value, requirement));
 }
 
 /// Checks `condition`; on failure throws std::invalid_argument (message built only then).
 template <class T>
-inline void require(bool condition, std::string_view parameter, const T& value,
-                    std::string_view requirement) {
-  if (!condition) [[unlikely]] throw_invalid_argument(parameter, value, requirement);
+inline void require(bool condition, std::string_view parameter, const T& value, std::string_view requirement) {
+  if (!condition) [[unlikely]]
+    throw_invalid_argument(parameter, value, requirement);
 }
 
 /// Checks 0 <= index < size; on failure throws std::out_of_range.

@@ -12,13 +12,15 @@ namespace inferkit {
 /// IEEE 754 binary16 bits.
 struct Float16 {
   std::uint16_t bits = 0;  ///< the binary16 bit pattern
-  friend constexpr bool operator==(Float16, Float16) = default;  ///< bitwise equality (so +0 != -0 and NaN == NaN of the same bits)
+  friend constexpr bool operator==(Float16, Float16) =
+      default;  ///< bitwise equality (so +0 != -0 and NaN == NaN of the same bits)
 };
 
 /// bfloat16 bits (the upper half of a binary32).
 struct BFloat16 {
   std::uint16_t bits = 0;  ///< the bfloat16 bit pattern (upper half of a binary32)
-  friend constexpr bool operator==(BFloat16, BFloat16) = default;  ///< bitwise equality (so +0 != -0 and NaN == NaN of the same bits)
+  friend constexpr bool operator==(BFloat16, BFloat16) =
+      default;  ///< bitwise equality (so +0 != -0 and NaN == NaN of the same bits)
 };
 
 static_assert(sizeof(Float16) == 2 && sizeof(BFloat16) == 2);

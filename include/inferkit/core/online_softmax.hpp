@@ -24,7 +24,7 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// Running max and running sum of one softmax row; the accumulator lives beside it.
 struct SoftmaxStats {
   float max = kNegInf;  ///< largest score seen (-inf when empty)
-  float sum = 0.0f;      ///< sum of exp(score - max) over the scores seen
+  float sum = 0.0f;     ///< sum of exp(score - max) over the scores seen
 
   /// Whether no score has been seen.
   bool empty() const { return sum == 0.0f; }
@@ -33,8 +33,7 @@ struct SoftmaxStats {
 };
 
 /// Adds one (score, value row) pair to a state. -inf scores are skipped (masked).
-inline void online_softmax_add(SoftmaxStats& stats, std::span<float> acc, float score,
-                               std::span<const float> value) {
+inline void online_softmax_add(SoftmaxStats& stats, std::span<float> acc, float score, std::span<const float> value) {
   require(acc.size() == value.size(), "value.size()", value.size(),
           "must equal acc.size() (" + std::to_string(acc.size()) + ")");
   require(!std::isnan(score), "score", score, "must not be NaN");
@@ -71,8 +70,7 @@ inline void online_softmax_merge(SoftmaxStats& a, std::span<float> acc_a, const 
 }
 
 /// Writes acc / sum (zeros for an empty state) to out and returns the LSE (-inf if empty).
-inline float online_softmax_finish(const SoftmaxStats& stats, std::span<const float> acc,
-                                   std::span<float> out) {
+inline float online_softmax_finish(const SoftmaxStats& stats, std::span<const float> acc, std::span<float> out) {
   require(out.size() == acc.size(), "out.size()", out.size(),
           "must equal acc.size() (" + std::to_string(acc.size()) + ")");
   const float inv = stats.sum > 0.0f ? 1.0f / stats.sum : 0.0f;
@@ -84,8 +82,8 @@ inline float online_softmax_finish(const SoftmaxStats& stats, std::span<const fl
 /// log-sum-exp (cascade / shared-prefix attention, split-KV decode):
 ///   out = (e^{lse_a} o_a + e^{lse_b} o_b) / (e^{lse_a} + e^{lse_b}), lse = log(e^{lse_a} + e^{lse_b}).
 /// out may alias o_a or o_b. Two empty partials (lse = -inf) give zeros and -inf.
-inline float merge_attention_states(std::span<const float> o_a, float lse_a, std::span<const float> o_b,
-                                    float lse_b, std::span<float> out) {
+inline float merge_attention_states(std::span<const float> o_a, float lse_a, std::span<const float> o_b, float lse_b,
+                                    std::span<float> out) {
   require(o_b.size() == o_a.size(), "o_b.size()", o_b.size(),
           "must equal o_a.size() (" + std::to_string(o_a.size()) + ")");
   require(out.size() == o_a.size(), "out.size()", out.size(),
@@ -114,8 +112,8 @@ inline float merge_attention_states(std::span<const float> o_a, float lse_a, std
 /// @throws std::invalid_argument when shapes disagree (the parameter is named) or an LSE is NaN
 ///         or +inf.
 inline void merge_attention_states(Tensor3View<const float> o_a, MatrixView<const float> lse_a,
-                                   Tensor3View<const float> o_b, MatrixView<const float> lse_b,
-                                   Tensor3View<float> out, MatrixView<float> lse_out = {}) {
+                                   Tensor3View<const float> o_b, MatrixView<const float> lse_b, Tensor3View<float> out,
+                                   MatrixView<float> lse_out = {}) {
   const auto same = [&](const char* name, Index got, Index want, const char* what) {
     require(got == want, name, got, std::string("must equal ") + what + " (" + std::to_string(want) + ")");
   };
@@ -166,14 +164,16 @@ inline SoftmaxStats attention_state(float lse) {
 /// out must not alias any o[i].
 /// @throws std::invalid_argument when shapes disagree (the parameter is named), o.size() !=
 ///         lse.size(), or an LSE is NaN or +inf.
-inline void merge_attention_states(std::span<const Tensor3View<const float>> o, std::span<const MatrixView<const float>> lse,
-                                   Tensor3View<float> out, MatrixView<float> lse_out = {}) {
+inline void merge_attention_states(std::span<const Tensor3View<const float>> o,
+                                   std::span<const MatrixView<const float>> lse, Tensor3View<float> out,
+                                   MatrixView<float> lse_out = {}) {
   require(lse.size() == o.size(), "lse.size()", lse.size(), "must equal o.size() (" + std::to_string(o.size()) + ")");
   const Index T = out.dim0(), H = out.dim1(), d = out.dim2();
   for (std::size_t i = 0; i < o.size(); ++i) {
     const std::string at = "[" + std::to_string(i) + "]";
     require(o[i].dim0() == T && o[i].dim1() == H && o[i].dim2() == d, "o" + at + ".dim0()", o[i].dim0(),
-            "must match out's shape [" + std::to_string(T) + ", " + std::to_string(H) + ", " + std::to_string(d) + "] in every dimension");
+            "must match out's shape [" + std::to_string(T) + ", " + std::to_string(H) + ", " + std::to_string(d) +
+                "] in every dimension");
     require(lse[i].rows() == T && lse[i].cols() == H, "lse" + at + ".rows()", lse[i].rows(),
             "must match [" + std::to_string(T) + ", " + std::to_string(H) + "] (out's rows and heads)");
   }

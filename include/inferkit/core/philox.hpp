@@ -12,7 +12,7 @@ namespace inferkit {
 class Philox4x32 {
  public:
   using Counter = std::array<std::uint32_t, 4>;  ///< four 32-bit counter words
-  using Key = std::array<std::uint32_t, 2>;  ///< two 32-bit key words
+  using Key = std::array<std::uint32_t, 2>;      ///< two 32-bit key words
 
   static constexpr int kRounds = 10;  ///< rounds (10: Random123's default)
 
@@ -48,17 +48,17 @@ class Philox4x32 {
 /// Streams separate independent consumers (e.g. one per sequence in a batch).
 class CounterRng {
  public:
-  constexpr CounterRng(std::uint64_t seed, std::uint64_t stream = 0) : seed_(seed), stream_(stream) {}  ///< A source for `seed` and `stream`.
+  constexpr CounterRng(std::uint64_t seed, std::uint64_t stream = 0)
+      : seed_(seed), stream_(stream) {}  ///< A source for `seed` and `stream`.
 
-  std::uint64_t seed() const { return seed_; }  ///< the seed (Philox key)
+  std::uint64_t seed() const { return seed_; }      ///< the seed (Philox key)
   std::uint64_t stream() const { return stream_; }  ///< the stream (upper counter words)
 
   /// The 4 x 32 random bits of block `index`.
   constexpr Philox4x32::Counter block(std::uint64_t index) const {
-    return Philox4x32::generate(
-        {static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32),
-         static_cast<std::uint32_t>(stream_), static_cast<std::uint32_t>(stream_ >> 32)},
-        {static_cast<std::uint32_t>(seed_), static_cast<std::uint32_t>(seed_ >> 32)});
+    return Philox4x32::generate({static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32),
+                                 static_cast<std::uint32_t>(stream_), static_cast<std::uint32_t>(stream_ >> 32)},
+                                {static_cast<std::uint32_t>(seed_), static_cast<std::uint32_t>(seed_ >> 32)});
   }
 
   /// Uniform float in [0, 1) from the first word of block `index` (24 random bits).
@@ -71,9 +71,7 @@ class CounterRng {
   }
 
   /// 24-bit float in [0, 1): multiples of 2^-24.
-  static constexpr float to_unit_float(std::uint32_t bits) {
-    return static_cast<float>(bits >> 8) * 0x1.0p-24f;
-  }
+  static constexpr float to_unit_float(std::uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1.0p-24f; }
   /// 24-bit float in (0, 1]: never 0, so log() of it is finite.
   static constexpr float to_open_closed_float(std::uint32_t bits) {
     return static_cast<float>((bits >> 8) + 1u) * 0x1.0p-24f;

@@ -26,8 +26,10 @@ inline Float16 f16_round_up(float x) {
 inline Float16 f16_round_down(float x) {
   Float16 h = to_float16(x);
   if (to_float(h) > x) {
-    if (x >= 0.0f) --h.bits;
-    else ++h.bits;  // negative values grow in magnitude with the bit pattern
+    if (x >= 0.0f)
+      --h.bits;
+    else
+      ++h.bits;  // negative values grow in magnitude with the bit pattern
   }
   return h;
 }

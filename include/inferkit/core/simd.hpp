@@ -65,11 +65,11 @@ inline __m512 exp_table(__m512 x, __m512& t, __m512& k) {
   r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f / 16), r);
   __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 6), r, _mm512_set1_ps(0.5f));
   q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
-  const __m512 table = _mm512_setr_ps(
-      1.0f, 1.04427378242741384f, 1.09050773266525766f, 1.13878863475669165f, 1.18920711500272107f,
-      1.24185781207348405f, 1.29683955465100967f, 1.35425554693689273f, 1.41421356237309505f,
-      1.47682614593949931f, 1.54221082540794082f, 1.61049033194925431f, 1.68179283050742909f,
-      1.75625216037329948f, 1.83400808640934246f, 1.91520656139714729f);
+  const __m512 table =
+      _mm512_setr_ps(1.0f, 1.04427378242741384f, 1.09050773266525766f, 1.13878863475669165f, 1.18920711500272107f,
+                     1.24185781207348405f, 1.29683955465100967f, 1.35425554693689273f, 1.41421356237309505f,
+                     1.47682614593949931f, 1.54221082540794082f, 1.61049033194925431f, 1.68179283050742909f,
+                     1.75625216037329948f, 1.83400808640934246f, 1.91520656139714729f);
   const __m512 tj = _mm512_permutexvar_ps(_mm512_castps_si512(t), table);
   return _mm512_fmadd_ps(_mm512_mul_ps(tj, r), q, tj);  // tj + tj r q: the leading term exact
 }
@@ -81,7 +81,8 @@ inline VecF exp(VecF x) {
   if constexpr (kWidth == 16) {  // vscalefps applies 2^floor(k/16) with exact overflow
     const __m512 xv = x;
     __m512 t, k;
-    const __m512 v = detail::exp_table(_mm512_min_ps(_mm512_max_ps(xv, _mm512_set1_ps(kLo)), _mm512_set1_ps(kHi)), t, k);
+    const __m512 v =
+        detail::exp_table(_mm512_min_ps(_mm512_max_ps(xv, _mm512_set1_ps(kLo)), _mm512_set1_ps(kHi)), t, k);
     __m512 res = _mm512_scalef_ps(v, _mm512_mul_ps(k, _mm512_set1_ps(0.0625f)));
     res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kLo), _CMP_LT_OQ), _mm512_setzero_ps());
     res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kHi), _CMP_GT_OQ),
@@ -189,8 +190,14 @@ struct VecF {
   friend VecF operator-(VecF a, VecF b) { return {a.v - b.v}; }
   friend VecF operator*(VecF a, VecF b) { return {a.v * b.v}; }
   friend VecF operator/(VecF a, VecF b) { return {a.v / b.v}; }
-  VecF& operator+=(VecF b) { v += b.v; return *this; }
-  VecF& operator*=(VecF b) { v *= b.v; return *this; }
+  VecF& operator+=(VecF b) {
+    v += b.v;
+    return *this;
+  }
+  VecF& operator*=(VecF b) {
+    v *= b.v;
+    return *this;
+  }
   friend bool operator<(VecF a, VecF b) { return a.v < b.v; }
   friend bool operator<=(VecF a, VecF b) { return a.v <= b.v; }
   friend bool operator>(VecF a, VecF b) { return a.v > b.v; }
@@ -344,8 +351,7 @@ inline void axpy(float* y, float a, const float* x, std::size_t n) {
   const VecF av = broadcast(a);
   std::size_t i = 0;
   for (; i + kWidth <= n; i += kWidth) store(y + i, fma(av, load(x + i), load(y + i)));
-  if (i < n)
-    store_partial(y + i, fma(av, load_partial(x + i, n - i, 0.0f), load_partial(y + i, n - i, 0.0f)), n - i);
+  if (i < n) store_partial(y + i, fma(av, load_partial(x + i, n - i, 0.0f), load_partial(y + i, n - i, 0.0f)), n - i);
 }
 
 }  // namespace inferkit::simd

@@ -53,8 +53,8 @@ class MatrixView {
       : MatrixView(storage.data(), rows, cols, row_stride) {
     const Index needed = detail::reach(rows, cols, row_stride);
     require(static_cast<Index>(storage.size()) >= needed, "storage.size()", storage.size(),
-            "must be >= " + std::to_string(needed) + " for a " + std::to_string(rows) + "x" +
-                std::to_string(cols) + " view with row stride " + std::to_string(row_stride));
+            "must be >= " + std::to_string(needed) + " for a " + std::to_string(rows) + "x" + std::to_string(cols) +
+                " view with row stride " + std::to_string(row_stride));
   }
 
   /// Densely packed view over a span (checked to hold rows * cols elements).
@@ -62,14 +62,14 @@ class MatrixView {
 
   /// A mutable view converts to a const one.
   template <class U>
-    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  MatrixView(const MatrixView<U>& other)  // NOLINT(google-explicit-constructor)
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+      MatrixView(const MatrixView<U>& other)  // NOLINT(google-explicit-constructor)
       : data_(other.data()), rows_(other.rows()), cols_(other.cols()), row_stride_(other.row_stride()) {}
 
-  T* data() const { return data_; }                 ///< first element
-  Index rows() const { return rows_; }              ///< number of rows
-  Index cols() const { return cols_; }              ///< number of columns
-  Index row_stride() const { return row_stride_; }  ///< elements between consecutive rows
+  T* data() const { return data_; }                        ///< first element
+  Index rows() const { return rows_; }                     ///< number of rows
+  Index cols() const { return cols_; }                     ///< number of columns
+  Index row_stride() const { return row_stride_; }         ///< elements between consecutive rows
   bool empty() const { return rows_ == 0 || cols_ == 0; }  ///< true when no element is reachable
 
   /// Element (i, j); not bounds-checked.
@@ -82,8 +82,8 @@ class MatrixView {
   /// Rows [first, first + count).
   MatrixView rows_slice(Index first, Index count) const {
     require(first >= 0 && count >= 0 && first + count <= rows_, "rows_slice", first,
-            "range [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                ") must lie in [0, " + std::to_string(rows_) + ")");
+            "range [" + std::to_string(first) + ", " + std::to_string(first + count) + ") must lie in [0, " +
+                std::to_string(rows_) + ")");
     return MatrixView(data_ + first * row_stride_, count, cols_, row_stride_);
   }
 
@@ -126,26 +126,29 @@ class Tensor3View {
   Tensor3View(T* data, Index d0, Index d1, Index d2) : Tensor3View(data, d0, d1, d2, d1 * d2, d2) {}
 
   /// Densely packed view over a span (checked to hold d0 * d1 * d2 elements).
-  Tensor3View(std::span<T> storage, Index d0, Index d1, Index d2)
-      : Tensor3View(storage.data(), d0, d1, d2) {
+  Tensor3View(std::span<T> storage, Index d0, Index d1, Index d2) : Tensor3View(storage.data(), d0, d1, d2) {
     require(static_cast<Index>(storage.size()) >= d0 * d1 * d2, "storage.size()", storage.size(),
-            "must be >= " + std::to_string(d0 * d1 * d2) + " for a " + std::to_string(d0) + "x" +
-                std::to_string(d1) + "x" + std::to_string(d2) + " view");
+            "must be >= " + std::to_string(d0 * d1 * d2) + " for a " + std::to_string(d0) + "x" + std::to_string(d1) +
+                "x" + std::to_string(d2) + " view");
   }
 
   /// A mutable view converts to a const one.
   template <class U>
-    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  Tensor3View(const Tensor3View<U>& other)  // NOLINT(google-explicit-constructor)
-      : data_(other.data()), d0_(other.dim0()), d1_(other.dim1()), d2_(other.dim2()),
-        stride0_(other.stride0()), stride1_(other.stride1()) {}
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+      Tensor3View(const Tensor3View<U>& other)  // NOLINT(google-explicit-constructor)
+      : data_(other.data()),
+        d0_(other.dim0()),
+        d1_(other.dim1()),
+        d2_(other.dim2()),
+        stride0_(other.stride0()),
+        stride1_(other.stride1()) {}
 
-  T* data() const { return data_; }            ///< first element
-  Index dim0() const { return d0_; }           ///< extent of dimension 0
-  Index dim1() const { return d1_; }           ///< extent of dimension 1
-  Index dim2() const { return d2_; }           ///< extent of dimension 2 (contiguous)
-  Index stride0() const { return stride0_; }   ///< elements between consecutive indices of dimension 0
-  Index stride1() const { return stride1_; }   ///< elements between consecutive indices of dimension 1
+  T* data() const { return data_; }           ///< first element
+  Index dim0() const { return d0_; }          ///< extent of dimension 0
+  Index dim1() const { return d1_; }          ///< extent of dimension 1
+  Index dim2() const { return d2_; }          ///< extent of dimension 2 (contiguous)
+  Index stride0() const { return stride0_; }  ///< elements between consecutive indices of dimension 0
+  Index stride1() const { return stride1_; }  ///< elements between consecutive indices of dimension 1
 
   /// Element (i, j, k); not bounds-checked.
   T& operator()(Index i, Index j, Index k) const { return data_[i * stride0_ + j * stride1_ + k]; }
@@ -160,8 +163,8 @@ class Tensor3View {
   /// Indices [first, first + count) of dimension 0.
   Tensor3View slice0(Index first, Index count) const {
     require(first >= 0 && count >= 0 && first + count <= d0_, "slice0", first,
-            "range [" + std::to_string(first) + ", " + std::to_string(first + count) +
-                ") must lie in [0, " + std::to_string(d0_) + ")");
+            "range [" + std::to_string(first) + ", " + std::to_string(first + count) + ") must lie in [0, " +
+                std::to_string(d0_) + ")");
     return Tensor3View(data_ + first * stride0_, count, d1_, d2_, stride0_, stride1_);
   }
 

@@ -71,8 +71,9 @@ enum CpAgree : int { kCpTq, kCpHq, kCpD, kCpHkv, kCpPos, kCpFields };
 inline void cp_check_agreement(const std::int64_t* maxed, const char* const* names) {
   for (int f = 0; f < kCpFields; ++f) {
     const std::int64_t hi = maxed[1 + f], lo = -maxed[1 + kCpFields + f];
-    require(hi == lo, names[f], hi, "differs across ranks (from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                                        "): every rank must pass the same query shape");
+    require(hi == lo, names[f], hi,
+            "differs across ranks (from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                "): every rank must pass the same query shape");
   }
 }
 
@@ -151,7 +152,8 @@ void context_parallel_attention(MPI_Comm comm, Tensor3View<const float> q, const
   std::vector<std::int32_t> positions;
   if (opt.query_positions.empty()) {
     positions.resize(static_cast<std::size_t>(tq));
-    for (Index i = 0; i < tq; ++i) positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(maxed[0] - (tq - 1 - i));
+    for (Index i = 0; i < tq; ++i)
+      positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(maxed[0] - (tq - 1 - i));
     local.query_positions = positions;
   }
   const Index o_floats = tq * hq * d, part_floats = o_floats + tq * hq;

@@ -114,10 +114,10 @@ inline void routing_slice(const Routing& routing, Index first, Index count, Rout
 
 /// Rows moved by the last ExpertParallelExchange::run on this rank.
 struct ExpertExchangeStats {
-  Index rows_sent = 0;      ///< dispatch rows sent (to every rank, this one included)
-  Index rows_received = 0;  ///< rows this rank's experts processed
-  Index rows_to_others = 0; ///< of rows_sent, those that left this rank
-  double bytes_moved = 0;   ///< bytes this rank sent in both all-to-alls (rows to others only)
+  Index rows_sent = 0;       ///< dispatch rows sent (to every rank, this one included)
+  Index rows_received = 0;   ///< rows this rank's experts processed
+  Index rows_to_others = 0;  ///< of rows_sent, those that left this rank
+  double bytes_moved = 0;    ///< bytes this rank sent in both all-to-alls (rows to others only)
 };
 
 /// The expert-parallel layer call over one communicator (file comment). Holds the exchange
@@ -152,7 +152,7 @@ class ExpertParallelExchange {
   /// @throws std::invalid_argument on every rank when any rank's shapes are invalid or ranks
   ///         disagree on D, out_dim or E; MpiError when MPI reports an error.
   template <class F>
-    requires std::is_invocable_v<F&, Index, MatrixView<const float>, MatrixView<float>>
+  requires std::is_invocable_v<F&, Index, MatrixView<const float>, MatrixView<float>>
   void run(const DispatchPlan& plan, MatrixView<const float> tokens, F&& expert, MatrixView<float> out,
            CombineOptions opt = {}) {
     const Index D = tokens.cols(), Dout = out.cols(), E = placement_.num_experts();
@@ -170,9 +170,12 @@ class ExpertParallelExchange {
       const std::int64_t mine[6] = {D, Dout, E, -D, -Dout, -E};
       std::int64_t maxed[6];
       detail::mpi_check(MPI_Allreduce(mine, maxed, 6, MPI_INT64_T, MPI_MAX, comm_), "MPI_Allreduce");
-      require(maxed[0] == -maxed[3], "tokens.cols()", maxed[0], "differs across ranks: every rank must pass the same D");
-      require(maxed[1] == -maxed[4], "out.cols()", maxed[1], "differs across ranks: every rank must pass the same out_dim");
-      require(maxed[2] == -maxed[5], "placement.num_experts()", maxed[2], "differs across ranks: every rank must use the same placement");
+      require(maxed[0] == -maxed[3], "tokens.cols()", maxed[0],
+              "differs across ranks: every rank must pass the same D");
+      require(maxed[1] == -maxed[4], "out.cols()", maxed[1],
+              "differs across ranks: every rank must pass the same out_dim");
+      require(maxed[2] == -maxed[5], "placement.num_experts()", maxed[2],
+              "differs across ranks: every rank must use the same placement");
     }
     const auto n = static_cast<std::size_t>(size_);
     const auto local = placement_.local_experts(rank_);
@@ -211,7 +214,8 @@ class ExpertParallelExchange {
     std::vector<int>& rdispl = scratch_int_[3];
     ccount.assign(n, 0);
     cdispl.assign(n, 0);
-    for (int q = 0; q < size_; ++q) ccount[static_cast<std::size_t>(q)] = static_cast<int>(placement_.local_experts(q).size());
+    for (int q = 0; q < size_; ++q)
+      ccount[static_cast<std::size_t>(q)] = static_cast<int>(placement_.local_experts(q).size());
     displacements(ccount, cdispl);
     recv_counts_by_expert_.assign(n * static_cast<std::size_t>(L), 0);  // [source][local expert]
     std::vector<int>& lcount = scratch_int_[4];
@@ -225,7 +229,8 @@ class ExpertParallelExchange {
     rcount.assign(n, 0);
     rdispl.assign(n, 0);
     for (std::size_t p = 0; p < n; ++p)
-      for (Index j = 0; j < L; ++j) rcount[p] += recv_counts_by_expert_[p * static_cast<std::size_t>(L) + static_cast<std::size_t>(j)];
+      for (Index j = 0; j < L; ++j)
+        rcount[p] += recv_counts_by_expert_[p * static_cast<std::size_t>(L) + static_cast<std::size_t>(j)];
     displacements(rcount, rdispl);
     const Index received = rdispl.empty() ? 0 : rdispl.back() + rcount.back();
     recv_.resize(static_cast<std::size_t>(received * D));
@@ -240,7 +245,8 @@ class ExpertParallelExchange {
     expert_base_.assign(static_cast<std::size_t>(L) + 1, 0);
     for (Index j = 0; j < L; ++j) {
       Index rows_j = 0;
-      for (std::size_t p = 0; p < n; ++p) rows_j += recv_counts_by_expert_[p * static_cast<std::size_t>(L) + static_cast<std::size_t>(j)];
+      for (std::size_t p = 0; p < n; ++p)
+        rows_j += recv_counts_by_expert_[p * static_cast<std::size_t>(L) + static_cast<std::size_t>(j)];
       expert_base_[static_cast<std::size_t>(j) + 1] = expert_base_[static_cast<std::size_t>(j)] + rows_j;
     }
     ein_.resize(recv_.size());
@@ -249,7 +255,8 @@ class ExpertParallelExchange {
     std::exception_ptr failed;
     try {
       for (Index j = 0; j < L; ++j) {
-        const Index b = expert_base_[static_cast<std::size_t>(j)], rows_j = expert_base_[static_cast<std::size_t>(j) + 1] - b;
+        const Index b = expert_base_[static_cast<std::size_t>(j)],
+                    rows_j = expert_base_[static_cast<std::size_t>(j) + 1] - b;
         if (rows_j == 0) continue;
         expert(local[static_cast<std::size_t>(j)], MatrixView<const float>(ein_.data() + b * D, rows_j, D),
                MatrixView<float>(eout_.data() + b * Dout, rows_j, Dout));
@@ -309,7 +316,8 @@ class ExpertParallelExchange {
   struct RowType {
     MPI_Datatype type = MPI_DATATYPE_NULL;
     explicit RowType(Index cols) {
-      detail::mpi_check(MPI_Type_contiguous(detail::mpi_count(cols, "row width"), MPI_FLOAT, &type), "MPI_Type_contiguous");
+      detail::mpi_check(MPI_Type_contiguous(detail::mpi_count(cols, "row width"), MPI_FLOAT, &type),
+                        "MPI_Type_contiguous");
       detail::mpi_check(MPI_Type_commit(&type), "MPI_Type_commit");
     }
     ~RowType() { MPI_Type_free(&type); }
@@ -341,8 +349,10 @@ class ExpertParallelExchange {
       for (Index j = 0; j < L; ++j) {
         const Index c = recv_counts_by_expert_[p * static_cast<std::size_t>(L) + static_cast<std::size_t>(j)];
         Index& dst = cursor_[static_cast<std::size_t>(j)];
-        if (to_expert) copy_rows(to + dst * cols, from + at * cols, c, cols);
-        else copy_rows(to + at * cols, from + dst * cols, c, cols);
+        if (to_expert)
+          copy_rows(to + dst * cols, from + at * cols, c, cols);
+        else
+          copy_rows(to + at * cols, from + dst * cols, c, cols);
         dst += c;
         at += c;
       }

@@ -11,7 +11,8 @@
 // that rank), and no rank enters the data exchange.
 
 #if !__has_include(<mpi.h>)
-#error "inferkit/distributed/ needs MPI: install libopenmpi-dev (scripts/setup.sh) and link inferkit::distributed (find_package(inferkit COMPONENTS distributed))"
+#error \
+    "inferkit/distributed/ needs MPI: install libopenmpi-dev (scripts/setup.sh) and link inferkit::distributed (find_package(inferkit COMPONENTS distributed))"
 #endif
 
 #include <mpi.h>
@@ -44,7 +45,8 @@ class MpiError : public std::runtime_error {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
-    return "inferkit: " + call + " failed (MPI error " + std::to_string(code) + (len > 0 ? ": " + std::string(text, static_cast<std::size_t>(len)) : std::string()) + ")";
+    return "inferkit: " + call + " failed (MPI error " + std::to_string(code) +
+           (len > 0 ? ": " + std::string(text, static_cast<std::size_t>(len)) : std::string()) + ")";
   }
   int code_;
 };
@@ -53,7 +55,8 @@ namespace detail {
 
 /// Throws MpiError unless rc is MPI_SUCCESS.
 inline void mpi_check(int rc, const char* call) {
-  if (rc != MPI_SUCCESS) [[unlikely]] throw MpiError(call, rc);
+  if (rc != MPI_SUCCESS) [[unlikely]]
+    throw MpiError(call, rc);
 }
 
 inline int mpi_rank(MPI_Comm comm) {
@@ -76,11 +79,16 @@ inline int mpi_count(std::int64_t n, const char* what) {
 
 template <class T>
 MPI_Datatype mpi_type() {
-  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
-  else static_assert(sizeof(T) == 0, "no MPI datatype for this type");
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return MPI_INT64_T;
+  else
+    static_assert(sizeof(T) == 0, "no MPI datatype for this type");
 }
 
 /// Runs `validate` (which throws on bad local arguments), then agrees with every rank of comm:

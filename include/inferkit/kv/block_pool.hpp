@@ -45,10 +45,10 @@ inline constexpr bool kQuantizedPool = std::is_same_v<T, QuantizedKv>;
 
 /// Shape and budget of a block pool.
 struct BlockPoolConfig {
-  Index layers = 1;        ///< decoder layers
-  Index kv_heads = 1;      ///< KV heads per layer
-  Index head_dim = 1;      ///< elements per head row
-  Index page_size = 16;    ///< tokens per block
+  Index layers = 1;         ///< decoder layers
+  Index kv_heads = 1;       ///< KV heads per layer
+  Index head_dim = 1;       ///< elements per head row
+  Index page_size = 16;     ///< tokens per block
   Index max_blocks = 1024;  ///< blocks reserved up front (the budget)
   /// Key and value specs of BlockPool<QuantizedKv> (ignored by float / 16-bit pools).
   KvQuantConfig quant{};
@@ -149,7 +149,8 @@ class BlockPool {
   std::size_t block_bytes() const {
     if constexpr (kQuantizedPool<T>) {
       return static_cast<std::size_t>(c_.layers * c_.kv_heads) *
-             static_cast<std::size_t>(k_codes_ + v_codes_ + static_cast<Index>(sizeof(QuantParams)) * (k_params_ + v_params_));
+             static_cast<std::size_t>(k_codes_ + v_codes_ +
+                                      static_cast<Index>(sizeof(QuantParams)) * (k_params_ + v_params_));
     } else {
       return 2 * static_cast<std::size_t>(block_elems_) * sizeof(T);
     }
@@ -177,44 +178,72 @@ class BlockPool {
   Index capacity_tokens() const { return c_.max_blocks * c_.page_size; }
 
   /// Rows of one (block, layer, head): page_size consecutive tokens of head_dim elements.
-  template <class U = T> requires(!kQuantizedPool<U>)
-  T* key_rows(BlockId b, Index layer, Index head) { return keys_.data() + offset(b, layer, head); }
+  template <class U = T>
+  requires(!kQuantizedPool<U>) T* key_rows(BlockId b, Index layer, Index head) {
+    return keys_.data() + offset(b, layer, head);
+  }
   /// Value rows of one (block, layer, head), as key_rows().
-  template <class U = T> requires(!kQuantizedPool<U>)
-  T* value_rows(BlockId b, Index layer, Index head) { return values_.data() + offset(b, layer, head); }
+  template <class U = T>
+  requires(!kQuantizedPool<U>) T* value_rows(BlockId b, Index layer, Index head) {
+    return values_.data() + offset(b, layer, head);
+  }
   /// Key rows of one (block, layer, head), read-only.
-  template <class U = T> requires(!kQuantizedPool<U>)
-  const T* key_rows(BlockId b, Index layer, Index head) const { return keys_.data() + offset(b, layer, head); }
+  template <class U = T>
+  requires(!kQuantizedPool<U>) const T* key_rows(BlockId b, Index layer, Index head) const {
+    return keys_.data() + offset(b, layer, head);
+  }
   /// Value rows of one (block, layer, head), as key_rows().
-  template <class U = T> requires(!kQuantizedPool<U>)
-  const T* value_rows(BlockId b, Index layer, Index head) const { return values_.data() + offset(b, layer, head); }
+  template <class U = T>
+  requires(!kQuantizedPool<U>) const T* value_rows(BlockId b, Index layer, Index head) const {
+    return values_.data() + offset(b, layer, head);
+  }
 
   /// QuantizedKv: the page's packed codes of one (block, layer, head), token after token
   /// (token_code_bytes each), and its parameters (per token: page_size x head_dim / group_size;
   /// per channel: page_size / group_size groups of head_dim).
-  template <class U = T> requires kQuantizedPool<U>
-  std::uint8_t* key_codes(BlockId b, Index layer, Index head) { return key_codes_.data() + stream(b, layer, head) * k_codes_; }
+  template <class U = T>
+  requires kQuantizedPool<U> std::uint8_t* key_codes(BlockId b, Index layer, Index head) {
+    return key_codes_.data() + stream(b, layer, head) * k_codes_;
+  }
   /// Value codes of one (block, layer, head), as key_codes().
-  template <class U = T> requires kQuantizedPool<U>
-  std::uint8_t* value_codes(BlockId b, Index layer, Index head) { return value_codes_.data() + stream(b, layer, head) * v_codes_; }
+  template <class U = T>
+  requires kQuantizedPool<U> std::uint8_t* value_codes(BlockId b, Index layer, Index head) {
+    return value_codes_.data() + stream(b, layer, head) * v_codes_;
+  }
   /// Key parameters of one (block, layer, head), as key_codes().
-  template <class U = T> requires kQuantizedPool<U>
-  QuantParams* key_params(BlockId b, Index layer, Index head) { return key_params_.data() + stream(b, layer, head) * k_params_; }
+  template <class U = T>
+  requires kQuantizedPool<U> QuantParams* key_params(BlockId b, Index layer, Index head) {
+    return key_params_.data() + stream(b, layer, head) * k_params_;
+  }
   /// Value parameters of one (block, layer, head), as key_codes().
-  template <class U = T> requires kQuantizedPool<U>
-  QuantParams* value_params(BlockId b, Index layer, Index head) { return value_params_.data() + stream(b, layer, head) * v_params_; }
+  template <class U = T>
+  requires kQuantizedPool<U> QuantParams* value_params(BlockId b, Index layer, Index head) {
+    return value_params_.data() + stream(b, layer, head) * v_params_;
+  }
   /// Key codes of one (block, layer, head), read-only.
-  template <class U = T> requires kQuantizedPool<U>
-  const std::uint8_t* key_codes(BlockId b, Index layer, Index head) const { return key_codes_.data() + stream(b, layer, head) * k_codes_; }
+  template <class U = T>
+  requires kQuantizedPool<U>
+  const std::uint8_t* key_codes(BlockId b, Index layer, Index head) const {
+    return key_codes_.data() + stream(b, layer, head) * k_codes_;
+  }
   /// Value codes of one (block, layer, head), as key_codes().
-  template <class U = T> requires kQuantizedPool<U>
-  const std::uint8_t* value_codes(BlockId b, Index layer, Index head) const { return value_codes_.data() + stream(b, layer, head) * v_codes_; }
+  template <class U = T>
+  requires kQuantizedPool<U>
+  const std::uint8_t* value_codes(BlockId b, Index layer, Index head) const {
+    return value_codes_.data() + stream(b, layer, head) * v_codes_;
+  }
   /// Key parameters of one (block, layer, head), as key_codes().
-  template <class U = T> requires kQuantizedPool<U>
-  const QuantParams* key_params(BlockId b, Index layer, Index head) const { return key_params_.data() + stream(b, layer, head) * k_params_; }
+  template <class U = T>
+  requires kQuantizedPool<U>
+  const QuantParams* key_params(BlockId b, Index layer, Index head) const {
+    return key_params_.data() + stream(b, layer, head) * k_params_;
+  }
   /// Value parameters of one (block, layer, head), as key_codes().
-  template <class U = T> requires kQuantizedPool<U>
-  const QuantParams* value_params(BlockId b, Index layer, Index head) const { return value_params_.data() + stream(b, layer, head) * v_params_; }
+  template <class U = T>
+  requires kQuantizedPool<U>
+  const QuantParams* value_params(BlockId b, Index layer, Index head) const {
+    return value_params_.data() + stream(b, layer, head) * v_params_;
+  }
 
   /// Copies the first `tokens` slots of every layer and head from one block to another
   /// (quantized pages: their codes and parameters, as they are; nothing is re-quantized).
@@ -239,7 +268,9 @@ class BlockPool {
   std::size_t stream(BlockId b, Index layer, Index head) const {
     return static_cast<std::size_t>((layer * c_.kv_heads + head) * c_.max_blocks + static_cast<Index>(b));
   }
-  std::size_t offset(BlockId b, Index layer, Index head) const { return stream(b, layer, head) * static_cast<std::size_t>(c_.page_size * c_.head_dim); }
+  std::size_t offset(BlockId b, Index layer, Index head) const {
+    return stream(b, layer, head) * static_cast<std::size_t>(c_.page_size * c_.head_dim);
+  }
   void check_live(BlockId b, const char* what) const {
     require_index(b, c_.max_blocks, "block");
     require(refs_[static_cast<std::size_t>(b)] > 0, std::string(what) + " block", b, "is not allocated");
@@ -247,7 +278,7 @@ class BlockPool {
 
   BlockPoolConfig c_;
   Index block_elems_ = 0;
-  std::vector<T> keys_, values_;  // float / 16-bit rows
+  std::vector<T> keys_, values_;                                   // float / 16-bit rows
   Index k_codes_ = 0, v_codes_ = 0, k_params_ = 0, v_params_ = 0;  // QuantizedKv: per (block, layer, head)
   std::vector<std::uint8_t> key_codes_, value_codes_;
   std::vector<QuantParams> key_params_, value_params_;

@@ -54,8 +54,14 @@ class BlockTable {
   }
   /// A fork: retains every block of `o` and copies its key tail.
   BlockTable(const BlockTable& o)
-      : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_), group_(o.group_), history_(o.history_), tail_(o.tail_),
-        written_(o.written_), history_from_(o.history_from_) {
+      : pool_(o.pool_),
+        blocks_(o.blocks_),
+        tokens_(o.tokens_),
+        group_(o.group_),
+        history_(o.history_),
+        tail_(o.tail_),
+        written_(o.written_),
+        history_from_(o.history_from_) {
     for (BlockId b : blocks_) pool_->retain(b);
   }
   /// Releases this table's blocks and forks `o`.
@@ -68,8 +74,14 @@ class BlockTable {
   }
   /// Takes `o`'s blocks; `o` is left empty.
   BlockTable(BlockTable&& o) noexcept
-      : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(o.tokens_), group_(o.group_), history_(o.history_),
-        tail_(std::move(o.tail_)), written_(std::move(o.written_)), history_from_(std::move(o.history_from_)) {
+      : pool_(o.pool_),
+        blocks_(std::move(o.blocks_)),
+        tokens_(o.tokens_),
+        group_(o.group_),
+        history_(o.history_),
+        tail_(std::move(o.tail_)),
+        written_(std::move(o.written_)),
+        history_from_(std::move(o.history_from_)) {
     o.blocks_.clear();
     o.tokens_ = 0;
   }
@@ -112,7 +124,7 @@ class BlockTable {
       blocks_.push_back(b);
     }
     tokens_ = tokens;
-    std::fill(written_.begin(), written_.end(), tokens);  // whole pages: every key group quantized
+    std::fill(written_.begin(), written_.end(), tokens);            // whole pages: every key group quantized
     std::fill(history_from_.begin(), history_from_.end(), tokens);  // and no float rows of them
   }
 
@@ -123,7 +135,9 @@ class BlockTable {
   /// allocated.
   void share_page(Index page, BlockId block) {
     if (page < 0 || (page + 1) * pool_->page_size() > tokens_) [[unlikely]]
-      throw_invalid_argument("page", page, "must be a full page of the table (" + std::to_string(tokens_ / pool_->page_size()) + " full pages)");
+      throw_invalid_argument(
+          "page", page,
+          "must be a full page of the table (" + std::to_string(tokens_ / pool_->page_size()) + " full pages)");
     pool_->retain(block);  // first: sharing the block already there must not free it
     pool_->release(blocks_[static_cast<std::size_t>(page)]);
     blocks_[static_cast<std::size_t>(page)] = block;
@@ -173,8 +187,10 @@ class BlockTable {
         write_quantized(layer, pos, blocks_[static_cast<std::size_t>(b)], slot, k, v, t);
       } else {
         for (Index h = 0; h < c.kv_heads; ++h) {
-          convert(k.ptr(t, h), pool_->key_rows(blocks_[b], layer, h) + slot * c.head_dim, static_cast<std::size_t>(c.head_dim));
-          convert(v.ptr(t, h), pool_->value_rows(blocks_[b], layer, h) + slot * c.head_dim, static_cast<std::size_t>(c.head_dim));
+          convert(k.ptr(t, h), pool_->key_rows(blocks_[b], layer, h) + slot * c.head_dim,
+                  static_cast<std::size_t>(c.head_dim));
+          convert(v.ptr(t, h), pool_->value_rows(blocks_[b], layer, h) + slot * c.head_dim,
+                  static_cast<std::size_t>(c.head_dim));
         }
       }
     }
@@ -223,8 +239,8 @@ class BlockTable {
   }
 
   /// The block type of Source: float / 16-bit rows, or quantized rows (QuantTailRows).
-  using Block = std::conditional_t<kQuantizedPool<T>, KvBlock<QuantTailRows, QuantTailRows>,
-                                   KvBlock<DenseRows<T>, DenseRows<T>>>;
+  using Block =
+      std::conditional_t<kQuantizedPool<T>, KvBlock<QuantTailRows, QuantTailRows>, KvBlock<DenseRows<T>, DenseRows<T>>>;
 
   /// The KV block view of one layer: one block per run of pages whose block ids are
   /// consecutive (per-channel keys: a run ends at the page of the key group still filling).
@@ -235,13 +251,14 @@ class BlockTable {
       const Index page = t.pool_->page_size(), pages = ceil_div_(t.tokens_, page);
       const Index tail_page = t.group_ > 0 ? t.flushed(layer) / page : -1;
       for (Index p = 0; p < pages; ++p)
-        if (p == 0 || t.blocks_[static_cast<std::size_t>(p)] != t.blocks_[static_cast<std::size_t>(p - 1)] + 1 || p - 1 == tail_page)
+        if (p == 0 || t.blocks_[static_cast<std::size_t>(p)] != t.blocks_[static_cast<std::size_t>(p - 1)] + 1 ||
+            p - 1 == tail_page)
           run_start_.push_back(p);
       run_start_.push_back(pages);
     }
-    Index num_kv_heads() const { return t_->pool_->config().kv_heads; }  ///< KV heads
-    Index head_dim() const { return t_->pool_->config().head_dim; }      ///< elements per row
-    Index num_tokens() const { return t_->tokens_; }                     ///< committed tokens
+    Index num_kv_heads() const { return t_->pool_->config().kv_heads; }             ///< KV heads
+    Index head_dim() const { return t_->pool_->config().head_dim; }                 ///< elements per row
+    Index num_tokens() const { return t_->tokens_; }                                ///< committed tokens
     Index num_blocks() const { return static_cast<Index>(run_start_.size()) - 1; }  ///< runs of pages
     /// Run `r` of KV head `head`: its tokens, rows and positions.
     Block block(Index head, Index r) const {
@@ -262,7 +279,8 @@ class BlockTable {
           }  // a run past the tail's holds only unwritten rows
         }
         return {n, keys,
-                QuantTailRows{pool.value_codes(id, layer_, head), pool.value_params(id, layer_, head), &q.values, n, nullptr},
+                QuantTailRows{pool.value_codes(id, layer_, head), pool.value_params(id, layer_, head), &q.values, n,
+                              nullptr},
                 pos};
       } else {
         return {n, DenseRows<T>{pool.key_rows(id, layer_, head), head_dim()},
@@ -293,8 +311,12 @@ class BlockTable {
     const BlockPoolConfig& c = pool_->config();
     return tail_.data() + (layer * c.kv_heads + head) * (history_ + c.page_size) * c.head_dim;
   }
-  float* current_rows(Index layer, Index head) { return history_rows(layer, head) + history_ * pool_->config().head_dim; }
-  const float* current_rows(Index layer, Index head) const { return const_cast<BlockTable*>(this)->current_rows(layer, head); }
+  float* current_rows(Index layer, Index head) {
+    return history_rows(layer, head) + history_ * pool_->config().head_dim;
+  }
+  const float* current_rows(Index layer, Index head) const {
+    return const_cast<BlockTable*>(this)->current_rows(layer, head);
+  }
 
   // Quantizes token `pos` (row t of k and v) of one layer into slot `slot` of block `id`.
   void write_quantized(Index layer, Index pos, BlockId id, Index slot, Tensor3View<const float> k,
@@ -305,11 +327,15 @@ class BlockTable {
     if (group_ > 0) {  // checked before anything is written
       const Index written = written_[static_cast<std::size_t>(layer)];
       if (pos < flushed(layer)) [[unlikely]]
-        throw_invalid_argument("token", pos, "of layer " + std::to_string(layer) +
-                                                 ": its per-channel key group is quantized already (keys are written once, in token order)");
+        throw_invalid_argument(
+            "token", pos,
+            "of layer " + std::to_string(layer) +
+                ": its per-channel key group is quantized already (keys are written once, in token order)");
       if (pos > written) [[unlikely]]
-        throw_invalid_argument("token", pos, "of layer " + std::to_string(layer) + ": per-channel keys are written in token order (next is " +
-                                                 std::to_string(written) + ")");
+        throw_invalid_argument("token", pos,
+                               "of layer " + std::to_string(layer) +
+                                   ": per-channel keys are written in token order (next is " + std::to_string(written) +
+                                   ")");
     }
     for (Index h = 0; h < c.kv_heads; ++h) {
       quantize_token_row(v.ptr(t, h), vs, d, pool_->value_codes(id, layer, h) + slot * token_code_bytes(vs, d),
@@ -347,10 +373,11 @@ class BlockTable {
     for (Index l = 0; l < c.layers; ++l) {     // check every layer before changing any
       const Index from = history_from_[static_cast<std::size_t>(l)];
       if (n < flushed(l) && refill < from) [[unlikely]]
-        throw_invalid_argument("n", n, "cuts into per-channel quantized keys of layer " + std::to_string(l) +
-                                           " whose float rows are gone (the table keeps those of tokens from " +
-                                           std::to_string(from) + ", at most kPagedKeyHistory = " +
-                                           std::to_string(kPagedKeyHistory) + " before the group filling)");
+        throw_invalid_argument(
+            "n", n,
+            "cuts into per-channel quantized keys of layer " + std::to_string(l) +
+                " whose float rows are gone (the table keeps those of tokens from " + std::to_string(from) +
+                ", at most kPagedKeyHistory = " + std::to_string(kPagedKeyHistory) + " before the group filling)");
     }
     for (Index l = 0; l < c.layers; ++l) {
       Index& written = written_[static_cast<std::size_t>(l)];
@@ -358,7 +385,8 @@ class BlockTable {
       if (n < flushed(l))
         for (Index h = 0; h < c.kv_heads; ++h)
           for (Index t = refill; t < n; ++t)
-            std::copy_n(history_rows(l, h) + t % history_ * c.head_dim, c.head_dim, current_rows(l, h) + (t - refill) * c.head_dim);
+            std::copy_n(history_rows(l, h) + t % history_ * c.head_dim, c.head_dim,
+                        current_rows(l, h) + (t - refill) * c.head_dim);
       written = n;
     }
   }

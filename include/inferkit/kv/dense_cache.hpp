@@ -27,11 +27,11 @@ enum class CacheGrowth {
 /// `DenseKvCache<BFloat16> cache({.layers = L, .kv_heads = H, .head_dim = D, .capacity = 4096})`.
 /// The shape fields have no usable default (0 is rejected), so a forgotten field is an error.
 struct DenseKvCacheConfig {
-  Index layers = 0;                          ///< transformer layers (> 0)
-  Index kv_heads = 0;                        ///< KV heads per layer (> 0)
-  Index head_dim = 0;                        ///< values per head (> 0)
-  Index capacity = 0;                        ///< tokens reserved up front (>= 0)
-  CacheGrowth growth = CacheGrowth::kGrow;   ///< what happens past the capacity
+  Index layers = 0;                         ///< transformer layers (> 0)
+  Index kv_heads = 0;                       ///< KV heads per layer (> 0)
+  Index head_dim = 0;                       ///< values per head (> 0)
+  Index capacity = 0;                       ///< tokens reserved up front (>= 0)
+  CacheGrowth growth = CacheGrowth::kGrow;  ///< what happens past the capacity
 };
 
 /// Dense KV cache (file comment): per layer and KV head, keys and values contiguous by position,
@@ -46,7 +46,10 @@ class DenseKvCache {
 
   /// Short positional form of DenseKvCache(const DenseKvCacheConfig&), same fields in order.
   DenseKvCache(Index layers, Index kv_heads, Index head_dim, Index capacity, CacheGrowth growth = CacheGrowth::kGrow)
-      : layers_(layers), heads_(kv_heads), dim_(head_dim), growth_(growth),
+      : layers_(layers),
+        heads_(kv_heads),
+        dim_(head_dim),
+        growth_(growth),
         length_(static_cast<std::size_t>(require_positive(layers, "layers")), 0) {
     require(kv_heads > 0, "kv_heads", kv_heads, "must be > 0");
     require(head_dim > 0, "head_dim", head_dim, "must be > 0");
@@ -111,8 +114,10 @@ class DenseKvCache {
 
  private:
   void check_rows(const Tensor3View<const float>& x, const char* name) const {
-    require(x.dim1() == heads_, std::string(name) + ".dim1()", x.dim1(), "must equal kv_heads (" + std::to_string(heads_) + ")");
-    require(x.dim2() == dim_, std::string(name) + ".dim2()", x.dim2(), "must equal head_dim (" + std::to_string(dim_) + ")");
+    require(x.dim1() == heads_, std::string(name) + ".dim1()", x.dim1(),
+            "must equal kv_heads (" + std::to_string(heads_) + ")");
+    require(x.dim2() == dim_, std::string(name) + ".dim2()", x.dim2(),
+            "must equal head_dim (" + std::to_string(dim_) + ")");
   }
   T* slot(std::vector<T>& buf, Index layer, Index head, Index token) {
     return buf.data() + static_cast<std::size_t>(((layer * heads_ + head) * capacity_ + token) * dim_);

@@ -30,36 +30,36 @@ namespace inferkit {
 
 /// Shape of a Llama-style decoder, for plan_memory().
 struct ModelShape {
-  Index layers = 0;          ///< transformer layers
-  Index dim = 0;             ///< model (residual) width
-  Index hidden_dim = 0;      ///< FFN hidden width
-  Index q_heads = 0;         ///< query heads
-  Index kv_heads = 0;        ///< KV heads (GQA: q_heads is a multiple)
-  Index vocab = 0;           ///< vocabulary size
-  Index head_dim = 0;        ///< values per head; 0 = dim / q_heads
+  Index layers = 0;             ///< transformer layers
+  Index dim = 0;                ///< model (residual) width
+  Index hidden_dim = 0;         ///< FFN hidden width
+  Index q_heads = 0;            ///< query heads
+  Index kv_heads = 0;           ///< KV heads (GQA: q_heads is a multiple)
+  Index vocab = 0;              ///< vocabulary size
+  Index head_dim = 0;           ///< values per head; 0 = dim / q_heads
   bool tied_embeddings = true;  ///< classifier shares the token embedding
-  double weight_bytes = 4;   ///< bytes per parameter (4 f32, 2 bf16, 0.5625 for 4.5-bit weights)
+  double weight_bytes = 4;      ///< bytes per parameter (4 f32, 2 bf16, 0.5625 for 4.5-bit weights)
   /// head_dim, or dim / q_heads when head_dim is 0.
   Index head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / q_heads; }
 };
 
 /// Which cache a plan assumes.
 enum class CacheKind {
-  kDense,      ///< DenseKvCache
-  kQuantized,  ///< QuantizedKvCache
-  kSinkWindow, ///< SinkWindowCache (at most n_sink + window tokens)
-  kPaged       ///< BlockPool / BlockTable pages (float, 16-bit or quantized)
+  kDense,       ///< DenseKvCache
+  kQuantized,   ///< QuantizedKvCache
+  kSinkWindow,  ///< SinkWindowCache (at most n_sink + window tokens)
+  kPaged        ///< BlockPool / BlockTable pages (float, 16-bit or quantized)
 };
 
 /// The cache policy of a plan.
 struct CachePolicy {
   CacheKind kind = CacheKind::kDense;  ///< cache container
-  double element_bytes = 2;  ///< dense, sink-window and float paged storage: 4 (f32), 2 (f16/bf16)
-  KvQuantConfig quant{};     ///< kQuantized, and kPaged with paged_quantized: the key and value specs
-  Index n_sink = 0;          ///< kSinkWindow: sink tokens
-  Index window = 0;          ///< kSinkWindow: window tokens
-  Index page_size = 16;          ///< kPaged: tokens per page
-  bool paged_quantized = false;  ///< kPaged: pages hold `quant` codes (BlockPool<QuantizedKv>)
+  double element_bytes = 2;            ///< dense, sink-window and float paged storage: 4 (f32), 2 (f16/bf16)
+  KvQuantConfig quant{};               ///< kQuantized, and kPaged with paged_quantized: the key and value specs
+  Index n_sink = 0;                    ///< kSinkWindow: sink tokens
+  Index window = 0;                    ///< kSinkWindow: window tokens
+  Index page_size = 16;                ///< kPaged: tokens per page
+  bool paged_quantized = false;        ///< kPaged: pages hold `quant` codes (BlockPool<QuantizedKv>)
 };
 
 /// Bytes of a plan (see plan_memory()).
@@ -83,7 +83,9 @@ inline double parameter_count(const ModelShape& m) {
 inline double kv_bytes_per_token(const ModelShape& m, const CachePolicy& c) {
   const double elems = double(m.layers) * double(m.kv_heads) * double(m.head_dim_or_default());
   if (c.kind == CacheKind::kPaged && c.paged_quantized) {  // parameters stored as 4-byte pairs
-    const auto stream = [&](const QuantSpec& s) { return elems * (s.bits / 8.0 + double(sizeof(QuantParams)) / double(s.group_size)); };
+    const auto stream = [&](const QuantSpec& s) {
+      return elems * (s.bits / 8.0 + double(sizeof(QuantParams)) / double(s.group_size));
+    };
     return stream(c.quant.keys) + stream(c.quant.values);
   }
   if (c.kind != CacheKind::kQuantized) return 2.0 * elems * c.element_bytes;
@@ -97,7 +99,8 @@ inline double kv_bytes_per_token(const ModelShape& m, const CachePolicy& c) {
 /// Bytes of weights, KV cache and scratch for `batch` sequences of `context` tokens under a cache
 /// policy, with `threads` attention workers (file comment has the arithmetic).
 /// @throws std::invalid_argument naming the bad shape field, context < 0 or batch < 1.
-inline MemoryPlan plan_memory(const ModelShape& m, Index context, Index batch, const CachePolicy& c, Index threads = 1) {
+inline MemoryPlan plan_memory(const ModelShape& m, Index context, Index batch, const CachePolicy& c,
+                              Index threads = 1) {
   require(m.layers > 0 && m.dim > 0 && m.q_heads > 0 && m.kv_heads > 0 && m.vocab > 0 && m.hidden_dim > 0, "model",
           m.layers, "layers, dim, hidden_dim, heads and vocab must all be > 0");
   require(m.q_heads % m.kv_heads == 0, "q_heads", m.q_heads, "must be a multiple of kv_heads");

@@ -16,8 +16,8 @@
 //     (the node only drops the trie's reference).
 // Single writer: match, insert, release and evict must not run concurrently.
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
@@ -26,19 +26,19 @@
 #include <vector>
 
 #include "inferkit/core/error.hpp"
+#include "inferkit/core/token.hpp"
 #include "inferkit/kv/block_pool.hpp"
-#include "inferkit/sampling/logits.hpp"
 
 namespace inferkit {
 
 /// What makes cached K/V reusable: pages match only under the same identity.
 struct ContextIdentity {
   /// Model fingerprint (weights hash, name + revision, ...).
-  std::string model{};    // model fingerprint (weights hash, name + revision, ...)
+  std::string model{};  // model fingerprint (weights hash, name + revision, ...)
   /// LoRA / adapter fingerprint, empty for none.
   std::string adapter{};  // LoRA / adapter fingerprint, empty for none
   /// RoPE and other config that changes K/V (base, scaling, dtype, ...).
-  std::string config{};   // RoPE and other config that changes K/V (base, scaling, dtype, ...)
+  std::string config{};  // RoPE and other config that changes K/V (base, scaling, dtype, ...)
   /// Any further separation the caller wants (tenant, ...).
   std::uint64_t salt = 0;
   /// The KV encoding of the cached pages (BlockPool::kv_encoding(): "f32", "q:k8sg32t,v8sg32t",
@@ -60,7 +60,8 @@ struct PrefixTrieStats {
 };
 
 template <class T = float>
-/// Exact-prefix reuse over a BlockPool: a page trie per context identity, pinning, LRU eviction (file comment). Single writer.
+/// Exact-prefix reuse over a BlockPool: a page trie per context identity, pinning, LRU eviction (file comment). Single
+/// writer.
 class PrefixTrie {
  public:
   /// Index of a trie node.
@@ -74,7 +75,7 @@ class PrefixTrie {
   /// The result of match().
   struct Match {
     /// Matched prefix length in tokens (a multiple of page_size).
-    Index tokens = 0;             // matched prefix length (a multiple of page_size)
+    Index tokens = 0;  // matched prefix length (a multiple of page_size)
     /// The matched pages' blocks, in order.
     std::vector<BlockId> blocks;  // its blocks, in order
     /// Pins the matched path until release().
@@ -106,7 +107,8 @@ class PrefixTrie {
     if (r == roots_.end()) return m;
     NodeId cur = r->second;
     for (Index p = 0; (p + 1) * page_ <= static_cast<Index>(tokens.size()); ++p) {
-      const NodeId child = find_child(cur, tokens.subspan(static_cast<std::size_t>(p * page_), static_cast<std::size_t>(page_)));
+      const NodeId child =
+          find_child(cur, tokens.subspan(static_cast<std::size_t>(p * page_), static_cast<std::size_t>(page_)));
       if (child < 0) break;
       cur = child;
       m.blocks.push_back(nodes_[static_cast<std::size_t>(cur)].block);
@@ -237,7 +239,8 @@ class PrefixTrie {
   /// Approximate bytes of trie bookkeeping (nodes, page tokens, edge index).
   std::size_t metadata_bytes() const {
     return nodes_.capacity() * sizeof(Node) + tokens_.capacity() * sizeof(TokenId) +
-           edges_.bucket_count() * sizeof(void*) + edges_.size() * (sizeof(typename Edges::value_type) + 2 * sizeof(void*));
+           edges_.bucket_count() * sizeof(void*) +
+           edges_.size() * (sizeof(typename Edges::value_type) + 2 * sizeof(void*));
   }
 
  private:
@@ -256,7 +259,9 @@ class PrefixTrie {
     bool operator==(const EdgeKey& o) const { return parent == o.parent && hash == o.hash; }
   };
   struct EdgeHash {
-    std::size_t operator()(const EdgeKey& k) const { return std::hash<std::uint64_t>()(k.hash ^ (std::uint64_t(k.parent) * 0x9E3779B97F4A7C15ull)); }
+    std::size_t operator()(const EdgeKey& k) const {
+      return std::hash<std::uint64_t>()(k.hash ^ (std::uint64_t(k.parent) * 0x9E3779B97F4A7C15ull));
+    }
   };
   using Edges = std::unordered_multimap<EdgeKey, NodeId, EdgeHash>;
 
@@ -265,7 +270,8 @@ class PrefixTrie {
     std::uint64_t h = 0x9E3779B97F4A7C15ull ^ page.size();
     std::size_t i = 0;
     for (; i + 2 <= page.size(); i += 2) {
-      h ^= static_cast<std::uint32_t>(page[i]) | (static_cast<std::uint64_t>(static_cast<std::uint32_t>(page[i + 1])) << 32);
+      h ^= static_cast<std::uint32_t>(page[i]) |
+           (static_cast<std::uint64_t>(static_cast<std::uint32_t>(page[i + 1])) << 32);
       h *= 0xBF58476D1CE4E5B9ull;
       h ^= h >> 31;
     }
@@ -302,7 +308,8 @@ class PrefixTrie {
   NodeId find_child(NodeId parent, std::span<const TokenId> page) const {
     const auto range = edges_.equal_range(EdgeKey{parent, page_hash(page)});
     for (auto it = range.first; it != range.second; ++it)
-      if (std::equal(page.begin(), page.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(it->second) * page_)) return it->second;
+      if (std::equal(page.begin(), page.end(), tokens_.begin() + static_cast<std::ptrdiff_t>(it->second) * page_))
+        return it->second;
     return -1;
   }
 
@@ -381,8 +388,10 @@ class PrefixTrie {
     Node& p = nodes_[static_cast<std::size_t>(parent)];
     --p.children;
     if (evictable(p) && !p.in_list) {  // a parent whose last child went is a leaf now
-      if (p.last_access <= time) link_front(parent);
-      else link_back(parent);
+      if (p.last_access <= time)
+        link_front(parent);
+      else
+        link_back(parent);
     }
   }
 

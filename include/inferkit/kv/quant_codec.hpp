@@ -35,19 +35,19 @@ enum class QuantAxis {
 
 /// How one stream (keys or values) of a KV cache is quantized.
 struct QuantSpec {
-  int bits = 8;                 ///< 8, 4 or 2 bits per code
-  bool symmetric = true;        ///< symmetric (step only) or asymmetric (step and minimum)
-  Index group_size = 32;        ///< values per scale: along head_dim (per-token) or tokens (per-channel)
+  int bits = 8;                           ///< 8, 4 or 2 bits per code
+  bool symmetric = true;                  ///< symmetric (step only) or asymmetric (step and minimum)
+  Index group_size = 32;                  ///< values per scale: along head_dim (per-token) or tokens (per-channel)
   QuantAxis axis = QuantAxis::kPerToken;  ///< group axis
-  Index residual = 0;           ///< most recent tokens kept in full precision (KIVI)
+  Index residual = 0;                     ///< most recent tokens kept in full precision (KIVI)
   /// Set by kv_quant_preset(name) without a head_dim: a cache whose head_dim is not a multiple of
   /// a per-token group_size uses gcd(group_size, head_dim) instead (head_dim 80: group 16); see
   /// fit_kv_quant(). False: the group is used as given and a mismatch is an error.
   bool fit_group_to_head_dim = false;
 
-  int levels() const { return (1 << bits) - 1; }  ///< largest unsigned code
+  int levels() const { return (1 << bits) - 1; }                    ///< largest unsigned code
   int offset() const { return symmetric ? (1 << (bits - 1)) : 0; }  ///< code of 0 (symmetric), else 0
-  int codes_per_byte() const { return 8 / bits; }  ///< codes packed in one byte
+  int codes_per_byte() const { return 8 / bits; }                   ///< codes packed in one byte
   /// Metadata bytes per group: one binary16 step, plus one binary16 minimum if asymmetric.
   int meta_bytes() const { return symmetric ? 2 : 4; }
 };

@@ -4,8 +4,8 @@
 // (its per-token streams) and the quantized sink + window cache (one row per slot).
 
 #include <array>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -45,8 +45,9 @@ inline void codes_to_float(const std::uint8_t* codes, Index n, int bits, float* 
 #if defined(__AVX512F__)
   if (bits == 8) {
     for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(out + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)))));
+      _mm512_storeu_ps(
+          out + i,
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)))));
   } else if (bits == 4) {
     const __m128i low = _mm_set1_epi8(0x0F);
     for (; i + 16 <= n; i += 16) {
@@ -58,8 +59,9 @@ inline void codes_to_float(const std::uint8_t* codes, Index n, int bits, float* 
 #elif defined(__AVX2__)
   if (bits == 8) {
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)))));
+      _mm256_storeu_ps(
+          out + i,
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)))));
   }
 #endif
   if (bits == 8) {
@@ -77,7 +79,8 @@ inline void codes_to_float(const std::uint8_t* codes, Index n, int bits, float* 
 inline void scale_shift(float* x, Index n, float step, float zero) {
   const simd::VecF sv = simd::broadcast(step), zv = simd::broadcast(zero);
   Index i = 0;
-  for (; i + static_cast<Index>(simd::kWidth) <= n; i += simd::kWidth) simd::store(x + i, simd::fma(simd::load(x + i), sv, zv));
+  for (; i + static_cast<Index>(simd::kWidth) <= n; i += simd::kWidth)
+    simd::store(x + i, simd::fma(simd::load(x + i), sv, zv));
   for (; i < n; ++i) x[i] = x[i] * step + zero;
 }
 
@@ -123,9 +126,11 @@ static_assert(sizeof(QuantParams) == 4 && offsetof(QuantParams, min) == 2,
               "QuantRowsView reads QuantParams as (binary16 step, binary16 min) pairs");
 
 /// The in-register dequantization view of quantized rows (QuantRowsView, kv_block.hpp).
-inline QuantRowsView quant_view(const std::uint8_t* codes, const QuantParams* params, const QuantSpec& s, Index tokens) {
-  return {codes, reinterpret_cast<const std::byte*>(params), s.bits, s.symmetric, s.axis == QuantAxis::kPerChannel,
-          s.group_size, tokens};
+inline QuantRowsView quant_view(const std::uint8_t* codes, const QuantParams* params, const QuantSpec& s,
+                                Index tokens) {
+  return {codes,       reinterpret_cast<const std::byte*>(params), s.bits,
+          s.symmetric, s.axis == QuantAxis::kPerChannel,           s.group_size,
+          tokens};
 }
 
 /// A row store (KV block view) over consecutive per-token quantized rows.
@@ -153,10 +158,11 @@ struct QuantTokenRows {
 /// tail) and the pages of a quantized block pool (a KIVI page's keys before its groups fill).
 struct QuantTailRows {
   const std::uint8_t* codes = nullptr;  ///< row t's packed codes at codes + t * token_code_bytes
-  const QuantParams* params = nullptr;  ///< per token: row t's groups at t * token_groups; per channel: group j's at j * dim
-  const QuantSpec* spec = nullptr;      ///< how the rows are quantized
-  Index quantized = 0;                  ///< rows stored quantized
-  const float* tail = nullptr;          ///< the float rows from `quantized` on
+  const QuantParams* params =
+      nullptr;  ///< per token: row t's groups at t * token_groups; per channel: group j's at j * dim
+  const QuantSpec* spec = nullptr;  ///< how the rows are quantized
+  Index quantized = 0;              ///< rows stored quantized
+  const float* tail = nullptr;      ///< the float rows from `quantized` on
 
   /// The quantized rows, for in-register dequantization.
   QuantRowsView quantized_view() const { return quant_view(codes, params, *spec, quantized); }
@@ -195,7 +201,8 @@ struct QuantTailRows {
         }
         std::size_t c = 0;
         for (; c + simd::kWidth <= static_cast<std::size_t>(d); c += simd::kWidth)
-          simd::store(out + c, simd::fma(simd::load(out + c), simd::load(step.data() + c), simd::load(zero.data() + c)));
+          simd::store(out + c,
+                      simd::fma(simd::load(out + c), simd::load(step.data() + c), simd::load(zero.data() + c)));
         for (; c < static_cast<std::size_t>(d); ++c) out[c] = out[c] * step[c] + zero[c];
       }
     }

@@ -65,9 +65,9 @@ inline KvQuantConfig fit_kv_quant(const KvQuantConfig& c, Index head_dim) {
 /// `QuantizedKvCache cache({.layers = L, .kv_heads = H, .head_dim = 80, .quant = kv_quant_preset("kivi4")})`.
 /// The shape fields have no usable default (0 is rejected), so a forgotten field is an error.
 struct QuantizedKvCacheConfig {
-  Index layers = 0;    ///< transformer layers (> 0)
-  Index kv_heads = 0;  ///< KV heads per layer (> 0)
-  Index head_dim = 0;  ///< values per head (> 0)
+  Index layers = 0;                               ///< transformer layers (> 0)
+  Index kv_heads = 0;                             ///< KV heads per layer (> 0)
+  Index head_dim = 0;                             ///< values per head (> 0)
   KvQuantConfig quant = kv_quant_preset("int8");  ///< key and value specs (default: int8 preset)
 };
 
@@ -87,8 +87,8 @@ struct QuantStream {
 /// Rows of one stream: token t comes from the quantized part or the full-precision tail.
 struct QuantStreamRows {
   const detail::QuantStream* stream = nullptr;  ///< the stream's codes, parameters and float tail
-  const QuantSpec* spec = nullptr;  ///< the stream's spec
-  Index dim = 0;  ///< values per row
+  const QuantSpec* spec = nullptr;              ///< the stream's spec
+  Index dim = 0;                                ///< values per row
 
   Index row_bytes() const { return dim / spec->codes_per_byte(); }  ///< bytes of packed codes per row
 
@@ -120,17 +120,21 @@ class QuantizedKvCache {
 
   /// Short positional form of QuantizedKvCache(const QuantizedKvCacheConfig&).
   QuantizedKvCache(Index layers, Index kv_heads, Index head_dim, KvQuantConfig config)
-      : layers_(layers), heads_(kv_heads), dim_(head_dim), config_(fit_kv_quant(config, head_dim)),
+      : layers_(layers),
+        heads_(kv_heads),
+        dim_(head_dim),
+        config_(fit_kv_quant(config, head_dim)),
         keys_(static_cast<std::size_t>(require_positive(layers, "layers") * require_positive(kv_heads, "kv_heads"))),
-        values_(keys_.size()), length_(static_cast<std::size_t>(layers), 0) {
+        values_(keys_.size()),
+        length_(static_cast<std::size_t>(layers), 0) {
     require(head_dim > 0, "head_dim", head_dim, "must be > 0");
     validate_kv_quant(config_.keys, head_dim, "keys");
     validate_kv_quant(config_.values, head_dim, "values");
   }
 
-  Index layers() const { return layers_; }    ///< layers
-  Index kv_heads() const { return heads_; }   ///< KV heads per layer
-  Index head_dim() const { return dim_; }     ///< values per head
+  Index layers() const { return layers_; }   ///< layers
+  Index kv_heads() const { return heads_; }  ///< KV heads per layer
+  Index head_dim() const { return dim_; }    ///< values per head
   /// The specs in use (after fit_kv_quant(): the group size actually used).
   const KvQuantConfig& config() const { return config_; }
   /// Tokens cached in one layer. @throws std::out_of_range for a bad layer.
@@ -167,9 +171,9 @@ class QuantizedKvCache {
    public:
     /// The view of `layer` of `c` (which must outlive it).
     Source(const QuantizedKvCache& c, Index layer) : c_(&c), layer_(layer) {}
-    Index num_kv_heads() const { return c_->heads_; }        ///< KV heads
-    Index head_dim() const { return c_->dim_; }              ///< values per head
-    Index num_tokens() const { return c_->length(layer_); }  ///< tokens cached in the layer
+    Index num_kv_heads() const { return c_->heads_; }              ///< KV heads
+    Index head_dim() const { return c_->dim_; }                    ///< values per head
+    Index num_tokens() const { return c_->length(layer_); }        ///< tokens cached in the layer
     Index num_blocks() const { return num_tokens() > 0 ? 1 : 0; }  ///< 1, or 0 when empty
     /// The single block of one KV head (quantized rows, then the float tail).
     Block block(Index head, Index) const {
@@ -194,19 +198,22 @@ class QuantizedKvCache {
     std::size_t b = 0;
     for (const auto* streams : {&keys_, &values_})
       for (const auto& s : *streams)
-        b += s.codes.size() + s.params.size() * static_cast<std::size_t>(streams == &keys_ ? config_.keys.meta_bytes()
-                                                                                           : config_.values.meta_bytes()) +
+        b += s.codes.size() +
+             s.params.size() *
+                 static_cast<std::size_t>(streams == &keys_ ? config_.keys.meta_bytes() : config_.values.meta_bytes()) +
              static_cast<std::size_t>(s.tail_tokens * dim_) * sizeof(float);
     return b;
   }
 
   /// Bytes per token once quantized (codes and metadata, keys and values, all layers and heads).
   double quantized_bytes_per_token() const {
-    return static_cast<double>(layers_ * heads_) * (stream_bytes_per_token(config_.keys) + stream_bytes_per_token(config_.values));
+    return static_cast<double>(layers_ * heads_) *
+           (stream_bytes_per_token(config_.keys) + stream_bytes_per_token(config_.values));
   }
   /// Bytes per token of one stream quantized with `s` (codes and metadata, one layer and head).
   double stream_bytes_per_token(const QuantSpec& s) const {
-    return static_cast<double>(dim_) * s.bits / 8.0 + static_cast<double>(dim_) * s.meta_bytes() / static_cast<double>(s.group_size);
+    return static_cast<double>(dim_) * s.bits / 8.0 +
+           static_cast<double>(dim_) * s.meta_bytes() / static_cast<double>(s.group_size);
   }
 
  private:
@@ -220,16 +227,19 @@ class QuantizedKvCache {
   // Throws if head h of x could not be quantized when its groups flush: per-token groups are
   // whole in a row; a per-channel group (tokens [k G, (k + 1) G)) is checked with its members
   // already in the tail, so the flush of a checked group never throws.
-  void check_quantizable(const detail::QuantStream& s, const QuantSpec& spec, Tensor3View<const float> x, Index h) const {
+  void check_quantizable(const detail::QuantStream& s, const QuantSpec& spec, Tensor3View<const float> x,
+                         Index h) const {
     if (spec.axis == QuantAxis::kPerToken) {
       for (Index t = 0; t < x.dim0(); ++t)
-        for (Index g = 0; g < token_groups(spec, dim_); ++g) (void)choose_params(x.ptr(t, h) + g * spec.group_size, spec.group_size, 1, spec);
+        for (Index g = 0; g < token_groups(spec, dim_); ++g)
+          (void)choose_params(x.ptr(t, h) + g * spec.group_size, spec.group_size, 1, spec);
       return;
     }
     const Index len = s.quantized + s.tail_tokens, group = spec.group_size;
     for (Index c = 0; c < dim_; ++c) {
       detail::GroupRange r;
-      for (Index m = std::max(s.quantized, (len / group) * group); m < len; ++m) r.add(s.tail[static_cast<std::size_t>((m - s.quantized) * dim_ + c)]);
+      for (Index m = std::max(s.quantized, (len / group) * group); m < len; ++m)
+        r.add(s.tail[static_cast<std::size_t>((m - s.quantized) * dim_ + c)]);
       for (Index t = 0; t < x.dim0(); ++t) {
         if ((len + t) % group == 0) r = detail::GroupRange{};
         r.add(x.ptr(t, h)[c]);
@@ -262,7 +272,8 @@ class QuantizedKvCache {
       for (Index t = 0; t < n; ++t) quantize_token_row(x + t * dim_, spec, dim_, codes + t * rb, params + t * groups);
     } else {
       s.params.resize(s.params.size() + static_cast<std::size_t>(dim_));
-      quantize_channel_group(x, n, spec, dim_, codes, s.params.data() + s.params.size() - static_cast<std::size_t>(dim_));
+      quantize_channel_group(x, n, spec, dim_, codes,
+                             s.params.data() + s.params.size() - static_cast<std::size_t>(dim_));
     }
     s.tail.erase(s.tail.begin(), s.tail.begin() + static_cast<std::ptrdiff_t>(n * dim_));
     s.tail_tokens -= n;

@@ -42,11 +42,11 @@ enum class PositionPolicy {
 /// `SinkWindowCache<float> cache({.layers = L, .kv_heads = H, .head_dim = D, .n_sink = 4, .window = 1020})`.
 /// The shape fields have no usable default (0 is rejected), so a forgotten field is an error.
 struct SinkWindowConfig {
-  Index layers = 0;    ///< transformer layers (> 0)
-  Index kv_heads = 0;  ///< KV heads per layer (> 0)
-  Index head_dim = 0;  ///< values per head (> 0)
-  Index n_sink = 0;    ///< attention-sink tokens kept from the start (>= 0)
-  Index window = 0;    ///< most recent tokens kept, the current one included (>= 1)
+  Index layers = 0;                                      ///< transformer layers (> 0)
+  Index kv_heads = 0;                                    ///< KV heads per layer (> 0)
+  Index head_dim = 0;                                    ///< values per head (> 0)
+  Index n_sink = 0;                                      ///< attention-sink tokens kept from the start (>= 0)
+  Index window = 0;                                      ///< most recent tokens kept, the current one included (>= 1)
   PositionPolicy positions = PositionPolicy::kOriginal;  ///< original or cache positions
   RopeOptions rope = {};  ///< RoPE applied on read with PositionPolicy::kCache (ignored otherwise)
 };
@@ -56,11 +56,11 @@ struct SinkWindowConfig {
 /// .window = 1020, .quant = kv_quant_preset("int4")})`. Per-token specs only (a ring keeps no runs
 /// of tokens for per-channel groups); they are fitted to head_dim (fit_kv_quant()).
 struct QuantizedSinkWindowConfig {
-  Index layers = 0;    ///< transformer layers (> 0)
-  Index kv_heads = 0;  ///< KV heads per layer (> 0)
-  Index head_dim = 0;  ///< values per head (> 0)
-  Index n_sink = 0;    ///< attention-sink tokens kept from the start (>= 0)
-  Index window = 0;    ///< most recent tokens kept, the current one included (>= 1)
+  Index layers = 0;                                      ///< transformer layers (> 0)
+  Index kv_heads = 0;                                    ///< KV heads per layer (> 0)
+  Index head_dim = 0;                                    ///< values per head (> 0)
+  Index n_sink = 0;                                      ///< attention-sink tokens kept from the start (>= 0)
+  Index window = 0;                                      ///< most recent tokens kept, the current one included (>= 1)
   PositionPolicy positions = PositionPolicy::kOriginal;  ///< original or cache positions
   RopeOptions rope = {};  ///< RoPE applied on read with PositionPolicy::kCache (ignored otherwise)
   KvQuantConfig quant = kv_quant_preset("int8");  ///< key and value specs (per-token)
@@ -70,17 +70,15 @@ struct QuantizedSinkWindowConfig {
 /// tables (or not at all when the tables are null).
 template <class Rows>
 struct RopedRows {
-  Rows rows;  ///< the inner row store
-  const float* cos = nullptr;   ///< [position][rotary_dim / 2], or nullptr: no rotation
-  const float* sin = nullptr;  ///< sin table beside cos
-  Index rotary_dim = 0;  ///< rotated dimensions
+  Rows rows;                                    ///< the inner row store
+  const float* cos = nullptr;                   ///< [position][rotary_dim / 2], or nullptr: no rotation
+  const float* sin = nullptr;                   ///< sin table beside cos
+  Index rotary_dim = 0;                         ///< rotated dimensions
   RopeStyle style = RopeStyle::kAdjacentPairs;  ///< pair convention
-  TokenPositions positions;  ///< position of each row (indexes the tables)
+  TokenPositions positions;                     ///< position of each row (indexes the tables)
 
   /// Un-rotated quantized rows keep the inner store's in-register dequantization.
-  QuantRowsView quantized_view() const
-    requires QuantizedRows<Rows>
-  {
+  QuantRowsView quantized_view() const requires QuantizedRows<Rows> {
     return cos ? QuantRowsView{} : rows.quantized_view();
   }
 
@@ -103,10 +101,13 @@ class DenseSlots {
  public:
   struct Options {};
   using Rows = DenseRows<T>;  ///< the row store of a run of slots
-  DenseSlots(Index rows, Index dim, Options = {}) : dim_(dim), data_(static_cast<std::size_t>(rows * dim), T{}) {}  ///< `rows` zeroed slots of `dim` values
-  void write(Index row, const float* x) { convert(x, data_.data() + row * dim_, static_cast<std::size_t>(dim_)); }  ///< stores x (dim floats, converted to T) in slot row
+  DenseSlots(Index rows, Index dim, Options = {})
+      : dim_(dim), data_(static_cast<std::size_t>(rows * dim), T{}) {}  ///< `rows` zeroed slots of `dim` values
+  void write(Index row, const float* x) {
+    convert(x, data_.data() + row * dim_, static_cast<std::size_t>(dim_));
+  }  ///< stores x (dim floats, converted to T) in slot row
   Rows rows(Index first) const { return {data_.data() + first * dim_, dim_}; }  ///< the slots from `first` on
-  std::size_t bytes() const { return data_.size() * sizeof(T); }  ///< bytes of storage
+  std::size_t bytes() const { return data_.size() * sizeof(T); }                ///< bytes of storage
 
  private:
   Index dim_;
@@ -116,7 +117,7 @@ class DenseSlots {
 /// Slot storage of per-token quantized rows (codes + binary16 parameters per group).
 class QuantSlots {
  public:
-  using Options = QuantSpec;  ///< per-stream options: the spec
+  using Options = QuantSpec;    ///< per-stream options: the spec
   using Rows = QuantTokenRows;  ///< the row store of a run of slots
   /// `rows` slots of `dim` values quantized with `spec` (fitted to dim, fit_kv_quant()).
   /// @throws std::invalid_argument for a per-channel spec or one that does not fit dim.
@@ -138,7 +139,9 @@ class QuantSlots {
   Rows rows(Index first) const {
     return {codes_.data() + first * code_bytes_, params_.data() + first * groups_, &spec_, dim_};
   }
-  std::size_t bytes() const { return codes_.size() + params_.size() * static_cast<std::size_t>(spec_.meta_bytes()); }  ///< bytes of codes and metadata
+  std::size_t bytes() const {
+    return codes_.size() + params_.size() * static_cast<std::size_t>(spec_.meta_bytes());
+  }  ///< bytes of codes and metadata
 
  private:
   Index dim_;
@@ -160,15 +163,15 @@ class BasicSinkWindowCache {
   /// Builds an empty dense cache (the preferred form for SinkWindowCache<T>).
   /// @throws std::invalid_argument naming the field: layers, kv_heads or head_dim <= 0,
   ///         n_sink < 0, window < 1, a bad rope.rotary_dim.
-  explicit BasicSinkWindowCache(const SinkWindowConfig& c)
-    requires(std::is_empty_v<typename KeySlots::Options> && std::is_empty_v<typename ValueSlots::Options>)
+  explicit BasicSinkWindowCache(const SinkWindowConfig& c) requires(
+      std::is_empty_v<typename KeySlots::Options>&& std::is_empty_v<typename ValueSlots::Options>)
       : BasicSinkWindowCache(c.layers, c.kv_heads, c.head_dim, c.n_sink, c.window, c.positions, c.rope) {}
 
   /// Builds an empty quantized cache (the preferred form for QuantizedSinkWindowCache).
   /// @throws std::invalid_argument as above, or for a per-channel spec or one that does not fit
   ///         head_dim.
-  explicit BasicSinkWindowCache(const QuantizedSinkWindowConfig& c)
-    requires(std::is_same_v<typename KeySlots::Options, QuantSpec> && std::is_same_v<typename ValueSlots::Options, QuantSpec>)
+  explicit BasicSinkWindowCache(const QuantizedSinkWindowConfig& c) requires(
+      std::is_same_v<typename KeySlots::Options, QuantSpec>&& std::is_same_v<typename ValueSlots::Options, QuantSpec>)
       : BasicSinkWindowCache(c.layers, c.kv_heads, c.head_dim, c.n_sink, c.window, c.positions, c.rope, c.quant.keys,
                              c.quant.values) {}
 
@@ -177,8 +180,14 @@ class BasicSinkWindowCache {
   BasicSinkWindowCache(Index layers, Index kv_heads, Index head_dim, Index n_sink, Index window, PositionPolicy policy,
                        RopeOptions rope = {}, typename KeySlots::Options key_options = {},
                        typename ValueSlots::Options value_options = {})
-      : layers_(layers), heads_(kv_heads), dim_(head_dim), sinks_(n_sink), window_(window), policy_(policy),
-        rope_(rope), state_(static_cast<std::size_t>(validated_layers(layers, kv_heads, head_dim, n_sink, window))),
+      : layers_(layers),
+        heads_(kv_heads),
+        dim_(head_dim),
+        sinks_(n_sink),
+        window_(window),
+        policy_(policy),
+        rope_(rope),
+        state_(static_cast<std::size_t>(validated_layers(layers, kv_heads, head_dim, n_sink, window))),
         keys_(layers * kv_heads * (n_sink + window), head_dim, key_options),
         values_(layers * kv_heads * (n_sink + window), head_dim, value_options) {
     const Index slots = n_sink + window;
@@ -257,10 +266,10 @@ class BasicSinkWindowCache {
       runs_[1] = {c.sinks_ + s.ring_start, a_len};
       runs_[2] = {c.sinks_, s.ring_count - a_len};
     }
-    Index num_kv_heads() const { return c_->heads_; }  ///< KV heads
-    Index head_dim() const { return c_->dim_; }  ///< values per head
+    Index num_kv_heads() const { return c_->heads_; }                                ///< KV heads
+    Index head_dim() const { return c_->dim_; }                                      ///< values per head
     Index num_tokens() const { return runs_[0].len + runs_[1].len + runs_[2].len; }  ///< tokens held
-    Index num_blocks() const { return 3; }  ///< always 3 (some may be empty)
+    Index num_blocks() const { return 3; }                                           ///< always 3 (some may be empty)
     /// Block b (0 sinks, 1 older ring run, 2 newer ring run) of one KV head.
     Block block(Index head, Index b) const {
       const Run r = runs_[b];
@@ -271,8 +280,12 @@ class BasicSinkWindowCache {
                                      : TokenPositions{c_->st(layer_).positions.data() + r.slot, 0};
       const Index first = c_->row(layer_, head, r.slot);
       const bool rotate = !c_->cos_.empty();
-      RopedRows<typename KeySlots::Rows> keys{c_->keys_.rows(first), rotate ? c_->cos_.data() : nullptr,
-                                              rotate ? c_->sin_.data() : nullptr, c_->rotary_, c_->rope_.style, pos};
+      RopedRows<typename KeySlots::Rows> keys{c_->keys_.rows(first),
+                                              rotate ? c_->cos_.data() : nullptr,
+                                              rotate ? c_->sin_.data() : nullptr,
+                                              c_->rotary_,
+                                              c_->rope_.style,
+                                              pos};
       return {r.len, keys, c_->values_.rows(first), pos};
     }
 

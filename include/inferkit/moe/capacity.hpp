@@ -61,26 +61,27 @@ struct CapacityOptions {
   double capacity_factor = 0.0;  ///< C = ceil(capacity_factor * A / E); <= 0 means dropless; finite
   Index capacity = -1;           ///< explicit C (>= 0) overriding capacity_factor; -1 = use the factor
   OverflowPolicy policy = OverflowPolicy::arrival_order;  ///< overflow policy
-  bool reroute = false;          ///< move dropped slots to the next best expert with room
+  bool reroute = false;                                   ///< move dropped slots to the next best expert with room
 };
 
 /// Per-call routing and load statistics (file comment for the definitions).
 struct MoeStats {
-  Index capacity = kDropless;             ///< C used (kDropless = no limit)
-  std::vector<Index> routed_per_expert;   ///< [E] assignments routed to each expert before capacity
-  std::vector<Index> tokens_per_expert;   ///< [E] assignments each expert processes (after drops and reroutes)
-  Index routed_assignments = 0;           ///< A
-  Index kept_assignments = 0;             ///< assignments processed (sum of tokens_per_expert)
-  Index dropped_assignments = 0;          ///< assignments finally dropped
-  Index rerouted_assignments = 0;         ///< dropped assignments that found another expert
-  Index dropped_tokens = 0;               ///< tokens that had assignments and lost all of them
-  Index tokens_with_drops = 0;            ///< tokens that lost at least one assignment
-  double aux_loss = 0.0;                  ///< E * sum_e f_e P_e (Switch / GShard)
-  double z_loss = 0.0;                    ///< ST-MoE router z-loss
-  double max_mean_load_ratio = 0.0;       ///< max_e tokens_per_expert / mean_e tokens_per_expert
+  Index capacity = kDropless;            ///< C used (kDropless = no limit)
+  std::vector<Index> routed_per_expert;  ///< [E] assignments routed to each expert before capacity
+  std::vector<Index> tokens_per_expert;  ///< [E] assignments each expert processes (after drops and reroutes)
+  Index routed_assignments = 0;          ///< A
+  Index kept_assignments = 0;            ///< assignments processed (sum of tokens_per_expert)
+  Index dropped_assignments = 0;         ///< assignments finally dropped
+  Index rerouted_assignments = 0;        ///< dropped assignments that found another expert
+  Index dropped_tokens = 0;              ///< tokens that had assignments and lost all of them
+  Index tokens_with_drops = 0;           ///< tokens that lost at least one assignment
+  double aux_loss = 0.0;                 ///< E * sum_e f_e P_e (Switch / GShard)
+  double z_loss = 0.0;                   ///< ST-MoE router z-loss
+  double max_mean_load_ratio = 0.0;      ///< max_e tokens_per_expert / mean_e tokens_per_expert
   /// dropped_assignments / routed_assignments (0 when nothing was routed).
   double drop_rate() const {
-    return routed_assignments > 0 ? static_cast<double>(dropped_assignments) / static_cast<double>(routed_assignments) : 0.0;
+    return routed_assignments > 0 ? static_cast<double>(dropped_assignments) / static_cast<double>(routed_assignments)
+                                  : 0.0;
   }
 };
 
@@ -169,8 +170,10 @@ inline void apply_capacity_impl(Routing& r, const CapacityOptions& opt, const Ma
       buf.priority.resize(static_cast<std::size_t>(tokens));
       for (Index t = 0; t < tokens; ++t) {
         float best = -std::numeric_limits<float>::infinity();
-        for (Index s = r.token_offsets[static_cast<std::size_t>(t)]; s < r.token_offsets[static_cast<std::size_t>(t + 1)]; ++s)
-          if (r.expert_ids[static_cast<std::size_t>(s)] != kDroppedExpert) best = std::max(best, r.weights[static_cast<std::size_t>(s)]);
+        for (Index s = r.token_offsets[static_cast<std::size_t>(t)];
+             s < r.token_offsets[static_cast<std::size_t>(t + 1)]; ++s)
+          if (r.expert_ids[static_cast<std::size_t>(s)] != kDroppedExpert)
+            best = std::max(best, r.weights[static_cast<std::size_t>(s)]);
         buf.priority[static_cast<std::size_t>(t)] = best;
       }
       const float* pr = buf.priority.data();
@@ -179,7 +182,8 @@ inline void apply_capacity_impl(Routing& r, const CapacityOptions& opt, const Ma
     }
     Index max_slots = 0;
     for (Index t = 0; t < tokens; ++t)
-      max_slots = std::max(max_slots, r.token_offsets[static_cast<std::size_t>(t + 1)] - r.token_offsets[static_cast<std::size_t>(t)]);
+      max_slots = std::max(
+          max_slots, r.token_offsets[static_cast<std::size_t>(t + 1)] - r.token_offsets[static_cast<std::size_t>(t)]);
     for (Index round = 0; round < max_slots; ++round) {
       for (const std::int32_t t : buf.token_order) {
         const Index s = r.token_offsets[static_cast<std::size_t>(t)] + round;
@@ -200,7 +204,8 @@ inline void apply_capacity_impl(Routing& r, const CapacityOptions& opt, const Ma
       sc.resize(experts, ropt->num_groups);
       for (const Index s : buf.dropped_slots) {
         const auto t = static_cast<Index>(std::upper_bound(r.token_offsets.begin(), r.token_offsets.end(), s) -
-                                          r.token_offsets.begin()) - 1;
+                                          r.token_offsets.begin()) -
+                       1;
         const float* l = logits->row_ptr(t);
         // Re-score the token as the router did (same gates, groups and ranking).
         TokenRoute full = score_token(l, t, experts, *ropt, sc);
@@ -209,7 +214,8 @@ inline void apply_capacity_impl(Routing& r, const CapacityOptions& opt, const Ma
         const Index k = ropt->top_k;
         // Next best allowed expert with room that the token does not use yet: candidates after
         // its original k choices (those are in use or full).
-        const Index s0 = r.token_offsets[static_cast<std::size_t>(t)], s1 = r.token_offsets[static_cast<std::size_t>(t + 1)];
+        const Index s0 = r.token_offsets[static_cast<std::size_t>(t)],
+                    s1 = r.token_offsets[static_cast<std::size_t>(t + 1)];
         for (Index j = k; j < n_allowed; ++j) {
           const std::int32_t e = sc.order[static_cast<std::size_t>(j)];
           if (kept[static_cast<std::size_t>(e)] >= cap) continue;
@@ -242,7 +248,8 @@ inline void apply_capacity_impl(Routing& r, const CapacityOptions& opt, const Ma
   if (!buf.dropped_slots.empty()) {
     for (Index t = 0; t < tokens; ++t) {
       Index had = 0, lost = 0;
-      for (Index s = r.token_offsets[static_cast<std::size_t>(t)]; s < r.token_offsets[static_cast<std::size_t>(t + 1)]; ++s)
+      for (Index s = r.token_offsets[static_cast<std::size_t>(t)]; s < r.token_offsets[static_cast<std::size_t>(t + 1)];
+           ++s)
         ++had, lost += r.expert_ids[static_cast<std::size_t>(s)] == kDroppedExpert;
       st.tokens_with_drops += lost > 0;
       st.dropped_tokens += had > 0 && lost == had;
@@ -257,7 +264,9 @@ inline void apply_capacity_impl(Routing& r, const CapacityOptions& opt, const Ma
   st.z_loss = r.z_loss;
   const Index kept_total = routed - dropped;
   const Index kept_max = experts > 0 ? *std::max_element(kept.begin(), kept.end()) : 0;
-  st.max_mean_load_ratio = kept_total > 0 ? static_cast<double>(kept_max) * static_cast<double>(experts) / static_cast<double>(kept_total) : 0.0;
+  st.max_mean_load_ratio =
+      kept_total > 0 ? static_cast<double>(kept_max) * static_cast<double>(experts) / static_cast<double>(kept_total)
+                     : 0.0;
 }
 
 }  // namespace detail

@@ -67,7 +67,8 @@ class DispatchPlan {
     slot_rows_.resize(static_cast<std::size_t>(slots));
     cursor_.assign(expert_offsets_.begin(), expert_offsets_.end() - 1);
     for (Index t = 0; t < num_tokens_; ++t) {
-      for (Index s = token_offsets_[static_cast<std::size_t>(t)]; s < token_offsets_[static_cast<std::size_t>(t + 1)]; ++s) {
+      for (Index s = token_offsets_[static_cast<std::size_t>(t)]; s < token_offsets_[static_cast<std::size_t>(t + 1)];
+           ++s) {
         const std::int32_t e = routing.expert_ids[static_cast<std::size_t>(s)];
         if (e == kDroppedExpert) {
           slot_rows_[static_cast<std::size_t>(s)] = -1;
@@ -81,10 +82,10 @@ class DispatchPlan {
     }
   }
 
-  Index num_tokens() const { return num_tokens_; }     ///< T of the routing
-  Index num_experts() const { return num_experts_; }   ///< E of the routing
+  Index num_tokens() const { return num_tokens_; }                                         ///< T of the routing
+  Index num_experts() const { return num_experts_; }                                       ///< E of the routing
   Index num_rows() const { return expert_offsets_.empty() ? 0 : expert_offsets_.back(); }  ///< N = kept assignments
-  Index num_slots() const { return static_cast<Index>(slot_rows_.size()); }  ///< slots of the routing
+  Index num_slots() const { return static_cast<Index>(slot_rows_.size()); }                ///< slots of the routing
   /// [E + 1]: expert e's rows are [expert_offsets()[e], expert_offsets()[e + 1]).
   std::span<const Index> expert_offsets() const { return expert_offsets_; }
   /// First buffer row of expert e.
@@ -173,15 +174,15 @@ void dispatch(const DispatchPlan& plan, MatrixView<const T> tokens, MatrixView<T
   const auto d = static_cast<std::size_t>(tokens.cols());
   const std::int32_t* src = plan.row_tokens().data();
   const int nt = resolve_threads(threads);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && n > 1 && n * tokens.cols() >= detail::kParallelMinElements)
+#pragma omp parallel for schedule(static) \
+    num_threads(nt) if (nt > 1 && n > 1 && n * tokens.cols() >= detail::kParallelMinElements)
   for (Index r = 0; r < n; ++r) detail::copy_row(rows.row_ptr(r), tokens.row_ptr(src[r]), d);
 }
 
 /// Overload for mutable token views.
 template <class T>
-void dispatch(const DispatchPlan& plan, MatrixView<T> tokens, MatrixView<T> rows, int threads = 0)
-  requires(!std::is_const_v<T>)
-{
+void dispatch(const DispatchPlan& plan, MatrixView<T> tokens, MatrixView<T> rows,
+              int threads = 0) requires(!std::is_const_v<T>) {
   dispatch(plan, MatrixView<const T>(tokens), rows, threads);
 }
 
@@ -206,7 +207,8 @@ inline void combine(const DispatchPlan& plan, MatrixView<const float> expert_out
   const int nt = resolve_threads(opt.threads);
   constexpr std::size_t W = simd::kWidth;
   constexpr std::size_t kBlock = 4 * W;  // four accumulators per slot pass
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && tokens > 1 && plan.num_rows() * out.cols() >= detail::kParallelMinElements)
+#pragma omp parallel for schedule(static) \
+    num_threads(nt) if (nt > 1 && tokens > 1 && plan.num_rows() * out.cols() >= detail::kParallelMinElements)
   for (Index t = 0; t < tokens; ++t) {
     float* o = out.row_ptr(t);
     const Index s0 = offsets[t], s1 = offsets[t + 1];

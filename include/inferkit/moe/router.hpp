@@ -48,25 +48,25 @@ enum class RouterScoring {
 
 /// Parameters of token-choice routing. Validated by route().
 struct RouterOptions {
-  Index top_k = 2;                                 ///< experts per token, in [1, E]
+  Index top_k = 2;                                      ///< experts per token, in [1, E]
   RouterScoring scoring = RouterScoring::softmax_topk;  ///< scoring mode
-  bool renormalize = false;                        ///< divide the k weights by their sum
-  float routed_scaling_factor = 1.0f;              ///< multiplies every weight; finite
+  bool renormalize = false;                             ///< divide the k weights by their sum
+  float routed_scaling_factor = 1.0f;                   ///< multiplies every weight; finite
   /// Optional [E] additive bias on the selection score only (empty = none); finite entries.
   std::span<const float> selection_bias = {};
-  Index num_groups = 1;                            ///< expert groups G (1 = no group limit); E % G == 0
-  Index topk_groups = 1;                           ///< groups kept per token when G > 1, in [1, G]
-  Index group_score_experts = 2;                   ///< a group's score sums its best this many s_e; in [1, E / G]
-  int threads = 0;                                 ///< OpenMP threads (0 = OpenMP's default)
+  Index num_groups = 1;           ///< expert groups G (1 = no group limit); E % G == 0
+  Index topk_groups = 1;          ///< groups kept per token when G > 1, in [1, G]
+  Index group_score_experts = 2;  ///< a group's score sums its best this many s_e; in [1, E / G]
+  int threads = 0;                ///< OpenMP threads (0 = OpenMP's default)
 };
 
 /// Parameters of expert-choice routing (Zhou et al. 2022): each expert takes its top-C tokens.
 struct ExpertChoiceOptions {
   /// C = min(T, ceil(capacity_factor * T / E)) when capacity < 0; must then be > 0.
   double capacity_factor = 2.0;
-  Index capacity = -1;               ///< explicit C per expert (>= 0; clipped to T); overrides capacity_factor
+  Index capacity = -1;                 ///< explicit C per expert (>= 0; clipped to T); overrides capacity_factor
   float routed_scaling_factor = 1.0f;  ///< multiplies every weight; finite
-  int threads = 0;                   ///< OpenMP threads (0 = OpenMP's default)
+  int threads = 0;                     ///< OpenMP threads (0 = OpenMP's default)
 };
 
 namespace detail {
@@ -128,15 +128,14 @@ struct BetterExpert {
 
 /// What route_token computes for one token.
 struct TokenRoute {
-  double lse = 0.0;         // logsumexp of the logits
-  double prob_norm = 1.0;   // P_e contribution of expert e is gate[e] * prob_norm
-  double factor = 1.0;      // weight = raw(e) * factor
-  float top_logit = 0.0f;   // topk_softmax: max logit among the chosen (raw = exp(l - top_logit))
+  double lse = 0.0;        // logsumexp of the logits
+  double prob_norm = 1.0;  // P_e contribution of expert e is gate[e] * prob_norm
+  double factor = 1.0;     // weight = raw(e) * factor
+  float top_logit = 0.0f;  // topk_softmax: max logit among the chosen (raw = exp(l - top_logit))
 };
 
 /// Gates, selection scores and the allowed-expert mask of one token (no top-k yet).
-inline TokenRoute score_token(const float* l, Index t, Index experts, const RouterOptions& opt,
-                              RouterTokenScratch& s) {
+inline TokenRoute score_token(const float* l, Index t, Index experts, const RouterOptions& opt, RouterTokenScratch& s) {
   TokenRoute r;
   const float m = checked_row_max(l, experts, t);
   double* gate = s.gate.data();
@@ -215,8 +214,8 @@ inline void set_token_factor(const float* l, const RouterOptions& opt, const Rou
 
 /// Routes one token: writes k expert ids (rank order) and weights; returns the token's
 /// statistics and weight factor. s must be resized for (E, G).
-inline TokenRoute route_token(const float* l, Index t, Index experts, const RouterOptions& opt,
-                              RouterTokenScratch& s, std::int32_t* ids, float* weights) {
+inline TokenRoute route_token(const float* l, Index t, Index experts, const RouterOptions& opt, RouterTokenScratch& s,
+                              std::int32_t* ids, float* weights) {
   TokenRoute r = score_token(l, t, experts, opt, s);
   rank_allowed(experts, opt.top_k, s);
   set_token_factor(l, opt, s, r);
@@ -404,7 +403,8 @@ inline void route_expert_choice(MatrixView<const float> logits, const ExpertChoi
   std::vector<std::int32_t>& chosen = buf.chosen;
   chosen.resize(static_cast<std::size_t>(experts * cap));
   const int threads = resolve_threads(opt.threads);
-#pragma omp parallel num_threads(threads) if (threads > 1 && experts > 1 && tokens * experts >= detail::kRouterParallelMin)
+#pragma omp parallel num_threads(threads) if (threads > 1 && experts > 1 && \
+                                              tokens * experts >= detail::kRouterParallelMin)
   {
     std::vector<std::int32_t> order(static_cast<std::size_t>(tokens));
 #pragma omp for schedule(static)
@@ -422,7 +422,8 @@ inline void route_expert_choice(MatrixView<const float> logits, const ExpertChoi
   // CSR by token, slots in expert order.
   out.token_offsets.assign(static_cast<std::size_t>(tokens + 1), 0);
   for (const std::int32_t t : chosen) ++out.token_offsets[static_cast<std::size_t>(t) + 1];
-  for (Index t = 0; t < tokens; ++t) out.token_offsets[static_cast<std::size_t>(t + 1)] += out.token_offsets[static_cast<std::size_t>(t)];
+  for (Index t = 0; t < tokens; ++t)
+    out.token_offsets[static_cast<std::size_t>(t + 1)] += out.token_offsets[static_cast<std::size_t>(t)];
   const Index slots = experts * cap;
   out.expert_ids.resize(static_cast<std::size_t>(slots));
   out.weights.resize(static_cast<std::size_t>(slots));

@@ -25,12 +25,12 @@ inline constexpr std::int32_t kDroppedExpert = -1;
 
 /// The routing decisions of one call over T tokens and E experts (see the file comment for the layout).
 struct Routing {
-  Index num_tokens = 0;                   ///< T
-  Index num_experts = 0;                  ///< E
-  Index top_k = 0;                        ///< slots per token for token-choice routing; 0 for expert choice
-  std::vector<Index> token_offsets;       ///< [T + 1]; token t's slots are [token_offsets[t], token_offsets[t + 1])
-  std::vector<std::int32_t> expert_ids;   ///< [slots]; expert of each slot, or kDroppedExpert
-  std::vector<float> weights;             ///< [slots]; combine weight of each slot (kept when dropped, unused)
+  Index num_tokens = 0;                  ///< T
+  Index num_experts = 0;                 ///< E
+  Index top_k = 0;                       ///< slots per token for token-choice routing; 0 for expert choice
+  std::vector<Index> token_offsets;      ///< [T + 1]; token t's slots are [token_offsets[t], token_offsets[t + 1])
+  std::vector<std::int32_t> expert_ids;  ///< [slots]; expert of each slot, or kDroppedExpert
+  std::vector<float> weights;            ///< [slots]; combine weight of each slot (kept when dropped, unused)
   /// [E]; P_e: the mean over tokens of each expert's router probability (softmax over all E
   /// logits; for sigmoid scoring the sigmoid scores normalized to sum 1 per token, as
   /// DeepSeek-V3's balance loss), summed in double in token order. Input of the auxiliary loss.

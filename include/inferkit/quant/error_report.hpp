@@ -35,20 +35,27 @@ enum class QuantMethod {
 
 /// Every method, in the order above.
 inline constexpr QuantMethod kAllQuantMethods[] = {
-    QuantMethod::kWeightInt8,     QuantMethod::kWeightInt4,    QuantMethod::kWeightInt4ActQ8, QuantMethod::kW8A8PerTensor,
-    QuantMethod::kW8A8PerToken,   QuantMethod::kLlmInt8,       QuantMethod::kSmoothQuant};
+    QuantMethod::kWeightInt8,   QuantMethod::kWeightInt4, QuantMethod::kWeightInt4ActQ8, QuantMethod::kW8A8PerTensor,
+    QuantMethod::kW8A8PerToken, QuantMethod::kLlmInt8,    QuantMethod::kSmoothQuant};
 
 /// Short name of a method ("int8", "int4", "int4_q8", "w8a8_tensor", "w8a8_token",
 /// "llm_int8", "smoothquant").
 inline const char* quant_method_name(QuantMethod m) {
   switch (m) {
-    case QuantMethod::kWeightInt8: return "int8";
-    case QuantMethod::kWeightInt4: return "int4";
-    case QuantMethod::kWeightInt4ActQ8: return "int4_q8";
-    case QuantMethod::kW8A8PerTensor: return "w8a8_tensor";
-    case QuantMethod::kW8A8PerToken: return "w8a8_token";
-    case QuantMethod::kLlmInt8: return "llm_int8";
-    case QuantMethod::kSmoothQuant: return "smoothquant";
+    case QuantMethod::kWeightInt8:
+      return "int8";
+    case QuantMethod::kWeightInt4:
+      return "int4";
+    case QuantMethod::kWeightInt4ActQ8:
+      return "int4_q8";
+    case QuantMethod::kW8A8PerTensor:
+      return "w8a8_tensor";
+    case QuantMethod::kW8A8PerToken:
+      return "w8a8_token";
+    case QuantMethod::kLlmInt8:
+      return "llm_int8";
+    case QuantMethod::kSmoothQuant:
+      return "smoothquant";
   }
   return "unknown";
 }
@@ -132,13 +139,16 @@ inline std::vector<MethodError> quantization_error_report(MatrixView<const float
       case QuantMethod::kWeightInt8:
       case QuantMethod::kWeightInt4:
       case QuantMethod::kWeightInt4ActQ8: {
-        const MatvecOptions mo{.activations = m == QuantMethod::kWeightInt4ActQ8 ? ActivationFormat::kInt8 : ActivationFormat::kFloat,
-                               .threads = options.threads};
+        const MatvecOptions mo{
+            .activations = m == QuantMethod::kWeightInt4ActQ8 ? ActivationFormat::kInt8 : ActivationFormat::kFloat,
+            .threads = options.threads};
         for (Index r = 0; r < M; ++r) {
           const std::span<const float> xr(x.row_ptr(r), static_cast<std::size_t>(K));
           const std::span<float> yr(y.data() + r * N, static_cast<std::size_t>(N));
-          if (m == QuantMethod::kWeightInt8) matvec(int8(), xr, yr, mo);
-          else matvec(int4(), xr, yr, mo);
+          if (m == QuantMethod::kWeightInt8)
+            matvec(int8(), xr, yr, mo);
+          else
+            matvec(int4(), xr, yr, mo);
         }
         e.weight_bytes = m == QuantMethod::kWeightInt8 ? int8().bytes() : int4().bytes();
         break;
@@ -152,7 +162,8 @@ inline std::vector<MethodError> quantization_error_report(MatrixView<const float
         break;
       case QuantMethod::kLlmInt8:
         e.outlier_columns =
-            matmul(x, int8(), yv, {.outliers = OutlierOptions{options.outlier_threshold, w}, .threads = options.threads})
+            matmul(x, int8(), yv,
+                   {.outliers = OutlierOptions{options.outlier_threshold, w}, .threads = options.threads})
                 .outlier_columns;
         e.weight_bytes = int8().bytes();
         break;
@@ -173,9 +184,11 @@ inline std::vector<MethodError> quantization_error_report(MatrixView<const float
         // X / s and W * s explicitly (a model folds them into its norm and weights instead).
         std::vector<float> xs(static_cast<std::size_t>(M * K)), ws(static_cast<std::size_t>(N * K));
         for (Index r = 0; r < M; ++r)
-          for (Index k = 0; k < K; ++k) xs[static_cast<std::size_t>(r * K + k)] = x(r, k) / s[static_cast<std::size_t>(k)];
+          for (Index k = 0; k < K; ++k)
+            xs[static_cast<std::size_t>(r * K + k)] = x(r, k) / s[static_cast<std::size_t>(k)];
         for (Index n = 0; n < N; ++n)
-          for (Index k = 0; k < K; ++k) ws[static_cast<std::size_t>(n * K + k)] = w(n, k) * s[static_cast<std::size_t>(k)];
+          for (Index k = 0; k < K; ++k)
+            ws[static_cast<std::size_t>(n * K + k)] = w(n, k) * s[static_cast<std::size_t>(k)];
         const Int8Weights qs(MatrixView<const float>(ws.data(), N, K));
         matmul(MatrixView<const float>(xs.data(), M, K), qs, yv, {.threads = options.threads});
         e.weight_bytes = qs.bytes();

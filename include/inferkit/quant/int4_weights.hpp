@@ -52,8 +52,7 @@ class Int4Weights {
   /// std::invalid_argument naming `spec.group_size` unless it is 32 or 64, `w(row, col)` for a
   /// NaN or infinite weight, and `w row <n> group <g>` when a group's range overflows the
   /// binary16 step or minimum (|w| beyond about 65504 * 7).
-  explicit Int4Weights(MatrixView<const float> w, Int4Spec spec = {})
-      : rows_(w.rows()), cols_(w.cols()), spec_(spec) {
+  explicit Int4Weights(MatrixView<const float> w, Int4Spec spec = {}) : rows_(w.rows()), cols_(w.cols()), spec_(spec) {
     require(spec.group_size == 32 || spec.group_size == 64, "spec.group_size", spec.group_size, "must be 32 or 64");
     pcols_ = (cols_ + kChunk - 1) / kChunk * kChunk;
     groups_ = (cols_ + spec.group_size - 1) / spec.group_size;
@@ -140,8 +139,10 @@ class Int4Weights {
   Index byte_index(Index n, Index k) const { return n * (pcols_ / 2) + (k / kChunk) * (kChunk / 2) + k % (kChunk / 2); }
   void put(Index n, Index k, int c) {
     std::uint8_t& b = codes_[static_cast<std::size_t>(byte_index(n, k))];
-    if ((k % kChunk) < kChunk / 2) b = static_cast<std::uint8_t>((b & 0xF0) | c);
-    else b = static_cast<std::uint8_t>((b & 0x0F) | (c << 4));
+    if ((k % kChunk) < kChunk / 2)
+      b = static_cast<std::uint8_t>((b & 0xF0) | c);
+    else
+      b = static_cast<std::uint8_t>((b & 0x0F) | (c << 4));
   }
 
   Index rows_ = 0, cols_ = 0, pcols_ = 0, groups_ = 0;

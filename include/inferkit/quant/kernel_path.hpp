@@ -34,10 +34,14 @@ enum class QuantKernel {
 /// Name of a path ("auto", "scalar", "avx2", "avx512vnni").
 inline const char* quant_kernel_name(QuantKernel k) {
   switch (k) {
-    case QuantKernel::kAuto: return "auto";
-    case QuantKernel::kScalar: return "scalar";
-    case QuantKernel::kAvx2: return "avx2";
-    case QuantKernel::kAvx512Vnni: return "avx512vnni";
+    case QuantKernel::kAuto:
+      return "auto";
+    case QuantKernel::kScalar:
+      return "scalar";
+    case QuantKernel::kAvx2:
+      return "avx2";
+    case QuantKernel::kAvx512Vnni:
+      return "avx512vnni";
   }
   return "unknown";
 }
@@ -46,7 +50,8 @@ inline const char* quant_kernel_name(QuantKernel k) {
 inline bool quant_kernel_available(QuantKernel k) {
   switch (k) {
     case QuantKernel::kAuto:
-    case QuantKernel::kScalar: return true;
+    case QuantKernel::kScalar:
+      return true;
     case QuantKernel::kAvx2:
 #if defined(INFERKIT_QUANT_AVX2)
       return true;

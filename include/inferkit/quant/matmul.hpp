@@ -83,7 +83,8 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
   const QuantKernel kernel = resolve_quant_kernel(options.kernel);
   if (options.outliers) {
     const OutlierOptions& o = *options.outliers;
-    require(std::isfinite(o.threshold) && o.threshold > 0.0f, "outliers.threshold", o.threshold, "must be finite and > 0");
+    require(std::isfinite(o.threshold) && o.threshold > 0.0f, "outliers.threshold", o.threshold,
+            "must be finite and > 0");
     if (o.float_weights.data() != nullptr) {
       require(o.float_weights.rows() == N, "outliers.float_weights.rows()", o.float_weights.rows(),
               "must equal w.rows() (" + std::to_string(N) + ")");
@@ -131,8 +132,8 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
       std::fill(xs.begin(), xs.end(), s);
     }
     detail::parallel_items(M * K >= (Index{1} << 18) ? threads : 1, M, [&](Index m) {
-      detail::quantize_row_int8(rows[static_cast<std::size_t>(m)], K, Kp, xs[static_cast<std::size_t>(m)], offset, kernel,
-                                xq.data() + m * Kp);
+      detail::quantize_row_int8(rows[static_cast<std::size_t>(m)], K, Kp, xs[static_cast<std::size_t>(m)], offset,
+                                kernel, xq.data() + m * Kp);
     });
   }
 
@@ -143,7 +144,8 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
     xo.resize(static_cast<std::size_t>(M * n_out));
     wo.resize(static_cast<std::size_t>(n_out * N));
     for (Index m = 0; m < M; ++m)
-      for (Index j = 0; j < n_out; ++j) xo[static_cast<std::size_t>(m * n_out + j)] = x(m, outlier_cols[static_cast<std::size_t>(j)]);
+      for (Index j = 0; j < n_out; ++j)
+        xo[static_cast<std::size_t>(m * n_out + j)] = x(m, outlier_cols[static_cast<std::size_t>(j)]);
     const MatrixView<const float> wf = options.outliers->float_weights;
     for (Index j = 0; j < n_out; ++j) {
       const Index k = outlier_cols[static_cast<std::size_t>(j)];

@@ -56,20 +56,25 @@ struct MatvecOptions {
 namespace detail {
 
 inline void check_matvec_shapes(Index rows, Index cols, std::span<const float> x, std::span<float> y) {
-  require(static_cast<Index>(x.size()) == cols, "x.size()", x.size(), "must equal w.cols() (" + std::to_string(cols) + ")");
-  require(static_cast<Index>(y.size()) == rows, "y.size()", y.size(), "must equal w.rows() (" + std::to_string(rows) + ")");
+  require(static_cast<Index>(x.size()) == cols, "x.size()", x.size(),
+          "must equal w.cols() (" + std::to_string(cols) + ")");
+  require(static_cast<Index>(y.size()) == rows, "y.size()", y.size(),
+          "must equal w.rows() (" + std::to_string(rows) + ")");
 }
 
 /// Threads for a product over `work` weights: one below 2^20 weights (about 20 us of work on
 /// one core; an OpenMP fork and join costs a few microseconds, as much as a 288 x 288 product).
-inline int matvec_threads(int requested, Index work) { return work < (Index{1} << 20) ? 1 : resolve_threads(requested); }
+inline int matvec_threads(int requested, Index work) {
+  return work < (Index{1} << 20) ? 1 : resolve_threads(requested);
+}
 
 }  // namespace detail
 
 /// y = W x with int8 weights (see the file comment for both activation forms). Throws
 /// std::invalid_argument naming `x.size()` or `y.size()` for a shape mismatch, `x[i]` for a NaN
 /// or infinite activation, or the kernel path. `y` must not alias `x`.
-inline void matvec(const Int8Weights& w, std::span<const float> x, std::span<float> y, const MatvecOptions& options = {}) {
+inline void matvec(const Int8Weights& w, std::span<const float> x, std::span<float> y,
+                   const MatvecOptions& options = {}) {
   detail::check_matvec_shapes(w.rows(), w.cols(), x, y);
   if (options.activations == ActivationFormat::kInt8) {
     matmul(MatrixView<const float>(x.data(), 1, w.cols()), w, MatrixView<float>(y.data(), 1, w.rows()),
@@ -97,7 +102,8 @@ inline void matvec(const Int8Weights& w, std::span<const float> x, std::span<flo
 /// y = W x with int4 weights (see the file comment for both activation forms). Throws
 /// std::invalid_argument naming `x.size()` or `y.size()` for a shape mismatch, `x[i]` for a NaN
 /// or infinite activation, or the kernel path. `y` must not alias `x`.
-inline void matvec(const Int4Weights& w, std::span<const float> x, std::span<float> y, const MatvecOptions& options = {}) {
+inline void matvec(const Int4Weights& w, std::span<const float> x, std::span<float> y,
+                   const MatvecOptions& options = {}) {
   detail::check_matvec_shapes(w.rows(), w.cols(), x, y);
   const QuantKernel kernel = resolve_quant_kernel(options.kernel);
   detail::require_finite_span(x, "x");
@@ -126,7 +132,8 @@ inline void matvec(const Int4Weights& w, std::span<const float> x, std::span<flo
       gsum[static_cast<std::size_t>(g)] = simd::sum_of(xs + g * G, static_cast<std::size_t>(std::min(G, K - g * G)));
     const detail::Int4FloatInput in{xs, gsum.data()};
     detail::parallel_items_with(threads, blocks, make_scratch, [&](detail::Int4Scratch& scratch, Index b) {
-      rows_of_block(b, [&](Index n, int rows) { detail::int4_rows_float(kernel, w, n, rows, in, scratch, y.data() + n); });
+      rows_of_block(b,
+                    [&](Index n, int rows) { detail::int4_rows_float(kernel, w, n, rows, in, scratch, y.data() + n); });
     });
     return;
   }
@@ -141,7 +148,8 @@ inline void matvec(const Int4Weights& w, std::span<const float> x, std::span<flo
   if (kernel == QuantKernel::kAvx512Vnni) detail::pair_q8_chunks(q.data(), Kp);  // the kernel's order
 #endif
   for (Index b = 0; b < K / detail::kQ8Block + (K % detail::kQ8Block != 0); ++b)  // blocks holding features
-    dqg[static_cast<std::size_t>(b / per)] += d[static_cast<std::size_t>(b)] * static_cast<float>(qsum[static_cast<std::size_t>(b)]);
+    dqg[static_cast<std::size_t>(b / per)] +=
+        d[static_cast<std::size_t>(b)] * static_cast<float>(qsum[static_cast<std::size_t>(b)]);
   const detail::Int4Q8Input in{q.data(), d.data(), dqg.data()};
   detail::parallel_items_with(threads, blocks, make_scratch, [&](detail::Int4Scratch& scratch, Index b) {
     rows_of_block(b, [&](Index n, int rows) { detail::int4_rows_q8(kernel, w, n, rows, in, scratch, y.data() + n); });

@@ -94,7 +94,8 @@ inline std::vector<float> smoothing_factors(std::span<const float> act_abs_max, 
     require(std::isfinite(w) && w >= 0.0f, "weight_abs_max[" + std::to_string(j) + "]", w, "must be finite and >= 0");
     if (a == 0.0f || w == 0.0f) continue;
     s[j] = static_cast<float>(std::pow(double(a), double(alpha)) / std::pow(double(w), 1.0 - double(alpha)));
-    require(std::isfinite(s[j]) && s[j] > 0.0f, "s[" + std::to_string(j) + "]", s[j], "must be a finite positive float");
+    require(std::isfinite(s[j]) && s[j] > 0.0f, "s[" + std::to_string(j) + "]", s[j],
+            "must be a finite positive float");
   }
   return s;
 }
@@ -104,12 +105,13 @@ inline std::vector<float> smoothing_factors(std::span<const float> act_abs_max, 
 /// The float product is unchanged up to rounding. Throws std::invalid_argument naming
 /// `norm_weight.size()` or `weights[i].cols()` for a length mismatch and `s[j]` for a factor
 /// that is not finite and positive; nothing is modified then.
-inline void fold_smoothing(std::span<const float> s, std::span<float> norm_weight, std::span<const MatrixView<float>> weights) {
+inline void fold_smoothing(std::span<const float> s, std::span<float> norm_weight,
+                           std::span<const MatrixView<float>> weights) {
   require(norm_weight.size() == s.size(), "norm_weight.size()", norm_weight.size(),
           "must equal s.size() (" + std::to_string(s.size()) + ")");
   for (std::size_t i = 0; i < weights.size(); ++i)
-    require(weights[i].cols() == static_cast<Index>(s.size()), "weights[" + std::to_string(i) + "].cols()", weights[i].cols(),
-            "must equal s.size() (" + std::to_string(s.size()) + ")");
+    require(weights[i].cols() == static_cast<Index>(s.size()), "weights[" + std::to_string(i) + "].cols()",
+            weights[i].cols(), "must equal s.size() (" + std::to_string(s.size()) + ")");
   for (std::size_t j = 0; j < s.size(); ++j)
     require(std::isfinite(s[j]) && s[j] > 0.0f, "s[" + std::to_string(j) + "]", s[j], "must be finite and > 0");
   for (std::size_t j = 0; j < s.size(); ++j) norm_weight[j] /= s[j];

@@ -37,36 +37,39 @@ enum class EarlyStopping { kTrue, kHeuristic, kNever };
 
 /// Beam search parameters (Hugging Face semantics, file comment).
 struct BeamSearchOptions {
-  Index num_beams = 4;  ///< live beams kept (>= 1)
+  Index num_beams = 4;                                              ///< live beams kept (>= 1)
   LengthPenalty length_penalty_mode = LengthPenalty::kHuggingFace;  ///< length normalization of hypothesis scores
-  double length_penalty = 1.0;   ///< length penalty exponent alpha (alpha)
-  EarlyStopping early_stopping = EarlyStopping::kHeuristic;  ///< when the search stops (file comment)
-  Index max_new_tokens = 32;  ///< generated tokens at most (>= 1)
-  Index min_new_tokens = 0;  ///< generated tokens before EOS is allowed
-  std::vector<TokenId> eos_tokens{};  ///< ids that end a hypothesis
+  double length_penalty = 1.0;                                      ///< length penalty exponent alpha (alpha)
+  EarlyStopping early_stopping = EarlyStopping::kHeuristic;         ///< when the search stops (file comment)
+  Index max_new_tokens = 32;                                        ///< generated tokens at most (>= 1)
+  Index min_new_tokens = 0;                                         ///< generated tokens before EOS is allowed
+  std::vector<TokenId> eos_tokens{};                                ///< ids that end a hypothesis
 };
 
 /// A finished hypothesis.
 struct BeamHypothesis {
-  std::vector<TokenId> tokens;   ///< generated tokens (EOS included when it ended the hypothesis)
-  double sum_logprob = 0.0;  ///< sum of the tokens' log-probabilities
-  double score = 0.0;            ///< length-normalized
+  std::vector<TokenId> tokens;  ///< generated tokens (EOS included when it ended the hypothesis)
+  double sum_logprob = 0.0;     ///< sum of the tokens' log-probabilities
+  double score = 0.0;           ///< length-normalized
 };
 
 /// What one step decided: new live beam j continues previous live beam parent[j] with token[j].
 struct BeamStep {
-  std::vector<Index> parent;  ///< previous live beam of each new live beam
-  std::vector<TokenId> token;  ///< token appended to each new live beam
-  std::vector<BeamHypothesis> finished;   ///< hypotheses completed at this step
-  bool done = false;                      ///< no more steps needed
+  std::vector<Index> parent;             ///< previous live beam of each new live beam
+  std::vector<TokenId> token;            ///< token appended to each new live beam
+  std::vector<BeamHypothesis> finished;  ///< hypotheses completed at this step
+  bool done = false;                     ///< no more steps needed
 };
 
 /// Normalized score of a hypothesis with `len` generated tokens.
 inline double beam_score(double sum_logprob, Index len, LengthPenalty mode, double alpha) {
   switch (mode) {
-    case LengthPenalty::kNone: return sum_logprob;
-    case LengthPenalty::kHuggingFace: return sum_logprob / std::pow(static_cast<double>(len), alpha);
-    case LengthPenalty::kGnmt: return sum_logprob / std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha);
+    case LengthPenalty::kNone:
+      return sum_logprob;
+    case LengthPenalty::kHuggingFace:
+      return sum_logprob / std::pow(static_cast<double>(len), alpha);
+    case LengthPenalty::kGnmt:
+      return sum_logprob / std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha);
   }
   return sum_logprob;
 }
@@ -89,9 +92,11 @@ class BeamSearch {
   Index num_live() const { return static_cast<Index>(live_.size()); }
   /// Generated tokens of live beam b.
   const std::vector<TokenId>& live_tokens(Index b) const { return live_[static_cast<std::size_t>(b)]; }
-  double live_sum_logprob(Index b) const { return live_sum_[static_cast<std::size_t>(b)]; }  ///< sum of log-probabilities of live beam b
+  double live_sum_logprob(Index b) const {
+    return live_sum_[static_cast<std::size_t>(b)];
+  }                                       ///< sum of log-probabilities of live beam b
   Index steps() const { return steps_; }  ///< steps taken
-  bool done() const { return done_; }  ///< true when no more steps are needed
+  bool done() const { return done_; }     ///< true when no more steps are needed
 
   /// One step: logprobs [num_live, V], row b for live beam b.
   BeamStep step(MatrixView<const float> logprobs) {
@@ -161,7 +166,8 @@ class BeamSearch {
     if (live_.empty() || at_max || is_done()) {
       if (at_max || live_.empty()) {  // live beams become hypotheses at the length limit
         for (std::size_t b = 0; b < live_.size(); ++b)
-          add_hypothesis({live_[b], live_sum_[b], beam_score(live_sum_[b], steps_, opt_.length_penalty_mode, opt_.length_penalty)});
+          add_hypothesis({live_[b], live_sum_[b],
+                          beam_score(live_sum_[b], steps_, opt_.length_penalty_mode, opt_.length_penalty)});
       }
       done_ = true;
     }
@@ -173,7 +179,8 @@ class BeamSearch {
   /// n-best list.
   std::vector<BeamHypothesis> finished() const {
     std::vector<BeamHypothesis> h = hyps_;
-    std::stable_sort(h.begin(), h.end(), [](const BeamHypothesis& a, const BeamHypothesis& b) { return a.score > b.score; });
+    std::stable_sort(h.begin(), h.end(),
+                     [](const BeamHypothesis& a, const BeamHypothesis& b) { return a.score > b.score; });
     return h;
   }
 

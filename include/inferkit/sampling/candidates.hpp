@@ -38,7 +38,7 @@ class Candidates {
     require(logits.size() < (std::size_t{1} << 24), "logits.size()", logits.size(), "must be < 2^24 tokens");
   }
 
-  std::span<float> logits() const { return logits_; }  ///< the row (filtered tokens are -inf)
+  std::span<float> logits() const { return logits_; }                      ///< the row (filtered tokens are -inf)
   Index vocab_size() const { return static_cast<Index>(logits_.size()); }  ///< tokens in the row
   bool dense() const { return dense_; }  ///< true while every finite token is a candidate
   /// Candidate ids in ascending order; meaningful only when !dense().

@@ -69,7 +69,10 @@ inline TokenId sample_categorical(Candidates& c, const CounterRng& rng, std::uin
     std::size_t j = detail::walk_to(w.data() + lo, std::min(kBlock, n - lo), cum, target);
     if (j == std::min(kBlock, n - lo)) {  // rounding ran past the last block's mass: last positive weight
       for (std::size_t i = n; i-- > 0;)
-        if (w[i] > 0.0f) { token = static_cast<TokenId>(i); break; }
+        if (w[i] > 0.0f) {
+          token = static_cast<TokenId>(i);
+          break;
+        }
     } else {
       token = static_cast<TokenId>(lo + j);
     }

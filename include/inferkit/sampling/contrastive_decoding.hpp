@@ -23,8 +23,8 @@ namespace inferkit {
 
 /// Expert / amateur contrastive decoding parameters (Li et al. 2023).
 struct ContrastiveDecodingOptions {
-  float alpha = 0.1f;         ///< plausibility cut, relative to the expert's best probability
-  float temperature = 0.0f;   ///< 0 = greedy
+  float alpha = 0.1f;        ///< plausibility cut, relative to the expert's best probability
+  float temperature = 0.0f;  ///< 0 = greedy
 };
 
 namespace detail {

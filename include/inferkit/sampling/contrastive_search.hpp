@@ -34,12 +34,13 @@ class ContextStates {
     require(dim > 0, "dim", dim, "must be > 0");
     require(chunk_states > 0, "chunk_states", chunk_states, "must be > 0");
   }
-  Index dim() const { return dim_; }  ///< values per state
+  Index dim() const { return dim_; }    ///< values per state
   Index size() const { return size_; }  ///< states stored
 
   /// Appends one state (dim values). @throws std::invalid_argument for a wrong size or a zero / non-finite norm.
   void append(std::span<const float> h) {
-    require(static_cast<Index>(h.size()) == dim_, "h.size()", h.size(), "must equal dim (" + std::to_string(dim_) + ")");
+    require(static_cast<Index>(h.size()) == dim_, "h.size()", h.size(),
+            "must equal dim (" + std::to_string(dim_) + ")");
     const double n = norm(h.data());
     require(n > 0.0 && std::isfinite(n), "context hidden state norm", n, "must be finite and > 0");
     if (size_ % chunk_ == 0) chunks_.push_back(std::make_unique<float[]>(static_cast<std::size_t>(chunk_ * dim_)));
@@ -48,14 +49,18 @@ class ContextStates {
     ++size_;
   }
 
-  const float* state(Index j) const { return chunks_[static_cast<std::size_t>(j / chunk_)].get() + (j % chunk_) * dim_; }  ///< state j (dim floats; not bounds-checked)
+  const float* state(Index j) const {
+    return chunks_[static_cast<std::size_t>(j / chunk_)].get() + (j % chunk_) * dim_;
+  }  ///< state j (dim floats; not bounds-checked)
   float inv_norm(Index j) const { return inv_norm_[static_cast<std::size_t>(j)]; }  ///< 1 / norm of state j
 
   /// max_j cos(h, h_j) for each row h of `candidates` [k, dim]; -inf for an empty context.
   std::vector<float> max_cosine(MatrixView<const float> candidates) const {
-    require(candidates.cols() == dim_, "candidates.cols()", candidates.cols(), "must equal dim (" + std::to_string(dim_) + ")");
+    require(candidates.cols() == dim_, "candidates.cols()", candidates.cols(),
+            "must equal dim (" + std::to_string(dim_) + ")");
     const Index k = candidates.rows();
-    std::vector<float> inv(static_cast<std::size_t>(k)), best(static_cast<std::size_t>(k), -std::numeric_limits<float>::infinity());
+    std::vector<float> inv(static_cast<std::size_t>(k)),
+        best(static_cast<std::size_t>(k), -std::numeric_limits<float>::infinity());
     for (Index i = 0; i < k; ++i) {
       const double n = norm(candidates.row_ptr(i));
       require(n > 0.0 && std::isfinite(n), "candidate hidden state norm", n, "must be finite and > 0");
@@ -67,20 +72,25 @@ class ContextStates {
       Index i = 0;
       for (; i + 4 <= k; i += 4) {
         float d[4];
-        dot4(hj, candidates.row_ptr(i), candidates.row_ptr(i + 1), candidates.row_ptr(i + 2), candidates.row_ptr(i + 3), d);
+        dot4(hj, candidates.row_ptr(i), candidates.row_ptr(i + 1), candidates.row_ptr(i + 2), candidates.row_ptr(i + 3),
+             d);
         for (int u = 0; u < 4; ++u)
-          best[static_cast<std::size_t>(i + u)] = std::max(best[static_cast<std::size_t>(i + u)], d[u] * inv_norm(j) * inv[static_cast<std::size_t>(i + u)]);
+          best[static_cast<std::size_t>(i + u)] = std::max(best[static_cast<std::size_t>(i + u)],
+                                                           d[u] * inv_norm(j) * inv[static_cast<std::size_t>(i + u)]);
       }
       for (; i < k; ++i)
-        best[static_cast<std::size_t>(i)] = std::max(best[static_cast<std::size_t>(i)],
-            simd::dot(hj, candidates.row_ptr(i), static_cast<std::size_t>(dim_)) * inv_norm(j) * inv[static_cast<std::size_t>(i)]);
+        best[static_cast<std::size_t>(i)] = std::max(
+            best[static_cast<std::size_t>(i)], simd::dot(hj, candidates.row_ptr(i), static_cast<std::size_t>(dim_)) *
+                                                   inv_norm(j) * inv[static_cast<std::size_t>(i)]);
     }
     return best;
   }
 
  private:
   float* state_ptr(Index j) { return chunks_[static_cast<std::size_t>(j / chunk_)].get() + (j % chunk_) * dim_; }
-  double norm(const float* h) const { return std::sqrt(static_cast<double>(simd::dot(h, h, static_cast<std::size_t>(dim_)))); }
+  double norm(const float* h) const {
+    return std::sqrt(static_cast<double>(simd::dot(h, h, static_cast<std::size_t>(dim_))));
+  }
   void dot4(const float* h, const float* a, const float* b, const float* c, const float* e, float* out) const {
     simd::VecF s0 = simd::broadcast(0.0f), s1 = s0, s2 = s0, s3 = s0;
     std::size_t i = 0;
@@ -112,15 +122,16 @@ class ContextStates {
 
 /// The top-k candidates of contrastive search.
 struct ContrastiveCandidates {
-  std::vector<TokenId> tokens;   ///< best first (probability descending, then id ascending)
-  std::vector<float> probs;      ///< their model probabilities (softmax over the whole row)
+  std::vector<TokenId> tokens;  ///< best first (probability descending, then id ascending)
+  std::vector<float> probs;     ///< their model probabilities (softmax over the whole row)
 };
 
 /// The top-k candidates of a row of logits and their probabilities.
 inline ContrastiveCandidates contrastive_candidates(std::span<const float> logits, Index k) {
   require(k >= 1, "top_k", k, "must be >= 1");
   const LogitsSummary s = scan_logits(logits);
-  std::vector<TokenId> ids = static_cast<Index>(logits.size()) <= k ? std::vector<TokenId>{} : detail::select_top_k_dense(logits, k);
+  std::vector<TokenId> ids =
+      static_cast<Index>(logits.size()) <= k ? std::vector<TokenId>{} : detail::select_top_k_dense(logits, k);
   if (ids.empty())
     for (std::size_t i = 0; i < logits.size(); ++i)
       if (logits[i] > -std::numeric_limits<float>::infinity()) ids.push_back(static_cast<TokenId>(i));
@@ -142,11 +153,13 @@ inline Index contrastive_select(const ContrastiveCandidates& cands, MatrixView<c
   require(candidate_states.rows() == k, "candidate_states.rows()", candidate_states.rows(),
           "must equal the number of candidates (" + std::to_string(k) + ")");
   require(scores.empty() || static_cast<Index>(scores.size()) == k, "scores.size()", scores.size(), "must be 0 or k");
-  const std::vector<float> penalty = context.size() > 0 ? context.max_cosine(candidate_states) : std::vector<float>(static_cast<std::size_t>(k), 0.0f);
+  const std::vector<float> penalty =
+      context.size() > 0 ? context.max_cosine(candidate_states) : std::vector<float>(static_cast<std::size_t>(k), 0.0f);
   Index best = 0;
   float best_score = -std::numeric_limits<float>::infinity();
   for (Index i = 0; i < k; ++i) {
-    const float sc = (1.0f - alpha) * cands.probs[static_cast<std::size_t>(i)] - alpha * penalty[static_cast<std::size_t>(i)];
+    const float sc =
+        (1.0f - alpha) * cands.probs[static_cast<std::size_t>(i)] - alpha * penalty[static_cast<std::size_t>(i)];
     if (!scores.empty()) scores[static_cast<std::size_t>(i)] = sc;
     if (sc > best_score) {
       best_score = sc;

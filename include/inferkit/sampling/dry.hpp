@@ -39,10 +39,10 @@ namespace inferkit {
 /// DRY's parameters (llama.cpp's defaults, multiplier 0 = off). Sequence breakers are token
 /// sequences (llama.cpp takes strings and tokenizes them; here the caller tokenizes).
 struct Dry {
-  float multiplier = 0.0f;     ///< penalty scale, >= 0 (0 = off)
-  float base = 1.75f;          ///< growth per token beyond allowed_length, >= 1
-  Index allowed_length = 2;    ///< repeats this long are free, >= 0
-  Index penalty_last_n = -1;   ///< window of the history scanned: -1 = all of it, 0 = off, n > 0 = last n
+  float multiplier = 0.0f;    ///< penalty scale, >= 0 (0 = off)
+  float base = 1.75f;         ///< growth per token beyond allowed_length, >= 1
+  Index allowed_length = 2;   ///< repeats this long are free, >= 0
+  Index penalty_last_n = -1;  ///< window of the history scanned: -1 = all of it, 0 = off, n > 0 = last n
   std::vector<std::vector<TokenId>> sequence_breakers{};  ///< each non-empty; matching restarts after one
 };
 
@@ -100,7 +100,8 @@ inline Index dry_repeat_limit(std::span<const TokenId> w, const std::vector<std:
       const Index tail = static_cast<Index>(b.size()) - 1;
       if (b[0] != head || tail <= longest || tail > i) continue;
       bool match = true;
-      for (Index o = 0; o < tail && match; ++o) match = w[static_cast<std::size_t>(L - i + o)] == b[static_cast<std::size_t>(1 + o)];
+      for (Index o = 0; o < tail && match; ++o)
+        match = w[static_cast<std::size_t>(L - i + o)] == b[static_cast<std::size_t>(1 + o)];
       if (match) longest = tail;
     }
     if (longest >= 0) return i - longest;

@@ -33,8 +33,7 @@ struct DynamicTemperature {
 inline void validate_dynamic_temperature(const DynamicTemperature& q) {
   validate_temperature(q.temperature);
   require(std::isfinite(q.range) && q.range >= 0.0f, "dynatemp_range", q.range, "must be finite and >= 0");
-  require(std::isfinite(q.exponent) && q.exponent >= 0.0f, "dynatemp_exponent", q.exponent,
-          "must be finite and >= 0");
+  require(std::isfinite(q.exponent) && q.exponent >= 0.0f, "dynatemp_exponent", q.exponent, "must be finite and >= 0");
 }
 
 /// The temperature the rule uses for normalized entropy h in [0, 1].

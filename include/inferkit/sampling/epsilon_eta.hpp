@@ -101,8 +101,8 @@ inline double eta_floor(float epsilon, double entropy) {
 /// Epsilon sampling on the candidates.
 inline void apply_epsilon_cutoff(Candidates& c, const EpsilonCutoff& q) {
   validate_cutoff(q.epsilon, q.min_keep, "epsilon_cutoff");
-  detail::keep_probability_at_least(c, c.summary().max, false, [&](const detail::CandidateMass&) { return double(q.epsilon); },
-                                    q.min_keep);
+  detail::keep_probability_at_least(
+      c, c.summary().max, false, [&](const detail::CandidateMass&) { return double(q.epsilon); }, q.min_keep);
 }
 
 /// Eta sampling on the candidates.

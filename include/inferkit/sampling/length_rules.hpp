@@ -27,7 +27,7 @@ namespace inferkit {
 
 /// HF's min_new_tokens: EOS ids are banned while fewer tokens than this have been generated.
 struct MinNewTokens {
-  Index min_new_tokens = 0;          ///< >= 0 (0 = off)
+  Index min_new_tokens = 0;           ///< >= 0 (0 = off)
   std::vector<TokenId> eos_tokens{};  ///< the EOS ids (at least one when min_new_tokens > 0)
 };
 
@@ -58,9 +58,7 @@ inline void validate_exponential_decay(const ExponentialDecayLengthPenalty& q) {
 }
 
 namespace detail {
-inline void require_generated(Index generated) {
-  require(generated >= 0, "generated", generated, "must be >= 0");
-}
+inline void require_generated(Index generated) { require(generated >= 0, "generated", generated, "must be >= 0"); }
 inline void check_tokens(std::span<const TokenId> ids, Index vocab, const char* name) {
   for (std::size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab) check_token(ids[i], vocab, std::string(name) + "[" + std::to_string(i) + "]");

@@ -14,11 +14,10 @@
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/simd.hpp"
+#include "inferkit/core/token.hpp"
 #include "inferkit/core/view.hpp"
 
 namespace inferkit {
-
-using TokenId = std::int32_t;
 
 /// Decoding order over a row: higher logit first, ties to the lower id.
 struct DecodingOrder {
@@ -33,7 +32,7 @@ struct DecodingOrder {
 /// Largest finite logit of a row and where it is.
 struct LogitsSummary {
   float max = -std::numeric_limits<float>::infinity();  ///< largest logit
-  TokenId argmax = -1;   ///< lowest id holding the maximum
+  TokenId argmax = -1;                                  ///< lowest id holding the maximum
 };
 
 namespace detail {

@@ -35,10 +35,10 @@ namespace inferkit {
 
 /// Mirostat's parameters (llama.cpp's defaults: tau 5, eta 0.1, m 100).
 struct Mirostat {
-  int version = 2;     ///< 1 or 2
-  float tau = 5.0f;    ///< target surprise in bits, > 0
-  float eta = 0.1f;    ///< learning rate, > 0
-  Index m = 100;       ///< v1: candidates used to estimate the Zipf exponent, >= 2
+  int version = 2;   ///< 1 or 2
+  float tau = 5.0f;  ///< target surprise in bits, > 0
+  float eta = 0.1f;  ///< learning rate, > 0
+  Index m = 100;     ///< v1: candidates used to estimate the Zipf exponent, >= 2
 };
 
 /// Checks Mirostat's parameters; throws std::invalid_argument naming the bad one.
@@ -61,8 +61,8 @@ inline float mirostat_update(const Mirostat& q, float mu, double surprise_bits) 
 inline double mirostat_v1_k(double s, float mu, Index vocab) {
   const double eps = s - 1.0;
   const double two_mu = std::exp2(double(mu));
-  const double ratio = std::abs(eps) < 1e-12 ? two_mu / std::log(double(vocab))
-                                             : eps * two_mu / (1.0 - std::pow(double(vocab), -eps));
+  const double ratio =
+      std::abs(eps) < 1e-12 ? two_mu / std::log(double(vocab)) : eps * two_mu / (1.0 - std::pow(double(vocab), -eps));
   return std::pow(ratio, 1.0 / s);
 }
 

@@ -33,7 +33,8 @@ inline void apply_no_repeat_ngram(std::span<float> logits, std::span<const Token
   const Index vocab = static_cast<Index>(logits.size());
   for (std::size_t i = 0; i < history.size(); ++i)
     if (history[i] < 0 || history[i] >= vocab)
-      throw_out_of_range("history[" + std::to_string(i) + "]", history[i], "must be in [0, " + std::to_string(vocab) + ")");
+      throw_out_of_range("history[" + std::to_string(i) + "]", history[i],
+                         "must be in [0, " + std::to_string(vocab) + ")");
   for (TokenId id : repeated_ngram_tokens(history, n))
     logits[static_cast<std::size_t>(id)] = -std::numeric_limits<float>::infinity();
 }

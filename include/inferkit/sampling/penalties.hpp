@@ -25,7 +25,8 @@ inline std::vector<std::pair<TokenId, Index>> token_counts(std::span<const Token
   std::vector<TokenId> sorted(history.begin(), history.end());
   for (std::size_t i = 0; i < sorted.size(); ++i)
     if (sorted[i] < 0 || sorted[i] >= vocab)
-      throw_out_of_range("history[" + std::to_string(i) + "]", sorted[i], "must be in [0, " + std::to_string(vocab) + ")");
+      throw_out_of_range("history[" + std::to_string(i) + "]", sorted[i],
+                         "must be in [0, " + std::to_string(vocab) + ")");
   std::sort(sorted.begin(), sorted.end());
   std::vector<std::pair<TokenId, Index>> counts;
   for (std::size_t i = 0; i < sorted.size();) {
@@ -48,8 +49,8 @@ inline void apply_repetition_penalty(std::span<float> logits, std::span<const To
   }
 }
 
-inline void apply_frequency_presence_penalty(std::span<float> logits, std::span<const TokenId> history,
-                                             float frequency, float presence) {
+inline void apply_frequency_presence_penalty(std::span<float> logits, std::span<const TokenId> history, float frequency,
+                                             float presence) {
   require(std::isfinite(frequency), "frequency_penalty", frequency, "must be finite");
   require(std::isfinite(presence), "presence_penalty", presence, "must be finite");
   const auto counts = detail::token_counts(history, static_cast<Index>(logits.size()));

@@ -123,7 +123,8 @@ inline void dry(std::span<float> x, std::span<const TokenId> history, const Dry&
       const Index tail = static_cast<Index>(b.size()) - 1;
       if (tail > i || b[0] != w[static_cast<std::size_t>(L - 1 - i)]) continue;
       bool ok = true;
-      for (Index o = 0; o < tail; ++o) ok = ok && w[static_cast<std::size_t>(L - i + o)] == b[static_cast<std::size_t>(o + 1)];
+      for (Index o = 0; o < tail; ++o)
+        ok = ok && w[static_cast<std::size_t>(L - i + o)] == b[static_cast<std::size_t>(o + 1)];
       if (ok) longest = std::max(longest, tail);
     }
     if (longest >= 0) limit = i - longest;
@@ -144,8 +145,8 @@ inline void dry(std::span<float> x, std::span<const TokenId> history, const Dry&
     if (breaker) continue;
     Index e = n - q.allowed_length;
     if (q.base > 1.000001f) e = std::min<Index>(e, static_cast<Index>(88.7228391f / std::log(q.base)));
-    const double p = std::min(double(q.multiplier) * std::pow(double(q.base), double(e)),
-                              double(std::numeric_limits<float>::max()));
+    const double p =
+        std::min(double(q.multiplier) * std::pow(double(q.base), double(e)), double(std::numeric_limits<float>::max()));
     x[static_cast<std::size_t>(t)] -= static_cast<float>(p);
   }
 }
@@ -187,7 +188,8 @@ inline void dynamic_temperature(std::span<float> x, const DynamicTemperature& q)
   const auto n = ranked(x).size();
   if (n <= 1) return;
   const double h = std::clamp(entropy(x) / std::log(double(n)), 0.0, 1.0);
-  const double lo = std::max(0.0, double(q.temperature) - double(q.range)), hi = double(q.temperature) + double(q.range);
+  const double lo = std::max(0.0, double(q.temperature) - double(q.range)),
+               hi = double(q.temperature) + double(q.range);
   temperature(x, static_cast<float>(lo + (hi - lo) * std::pow(h, double(q.exponent))));
 }
 
@@ -243,7 +245,7 @@ inline void mirostat(std::span<float> x, const Mirostat& q, float mu) {
     }
     const double s = tb / tt, eps = s - 1.0, v = double(x.size());
     const double base = std::abs(eps) < 1e-12 ? std::exp2(double(mu)) / std::log(v)
-                                               : eps * std::exp2(double(mu)) / (1.0 - std::pow(v, -eps));
+                                              : eps * std::exp2(double(mu)) / (1.0 - std::pow(v, -eps));
     const double k = std::pow(base, 1.0 / s);
     keep = !(k >= 1.0) ? 1 : !(k < double(ids.size())) ? ids.size() : static_cast<std::size_t>(k);
   }
@@ -265,8 +267,10 @@ inline void exponential_decay_length_penalty(std::span<float> x, const Exponenti
     float& v = x[static_cast<std::size_t>(id)];
     if (done[static_cast<std::size_t>(id)] || v == kNegInf) continue;
     done[static_cast<std::size_t>(id)] = 1;
-    const double r = double(v) + std::abs(double(v)) * (std::pow(double(q.decay_factor), double(generated - q.start_index)) - 1.0);
-    v = static_cast<float>(std::clamp(r, -double(std::numeric_limits<float>::max()), double(std::numeric_limits<float>::max())));
+    const double r =
+        double(v) + std::abs(double(v)) * (std::pow(double(q.decay_factor), double(generated - q.start_index)) - 1.0);
+    v = static_cast<float>(
+        std::clamp(r, -double(std::numeric_limits<float>::max()), double(std::numeric_limits<float>::max())));
   }
 }
 /// HF's begin-suppress tokens.
@@ -281,7 +285,8 @@ inline void sequence_bias(std::span<float> x, std::span<const TokenId> history, 
   for (const auto& e : q.entries) {
     const auto& s = e.sequence;
     bool match = s.size() == 1 || history.size() >= s.size();
-    for (std::size_t j = 0; match && j + 1 < s.size(); ++j) match = history[history.size() - (s.size() - 1) + j] == s[j];
+    for (std::size_t j = 0; match && j + 1 < s.size(); ++j)
+      match = history[history.size() - (s.size() - 1) + j] == s[j];
     if (match) bias[static_cast<std::size_t>(s.back())] += e.bias;
   }
   for (std::size_t i = 0; i < x.size(); ++i)

@@ -117,43 +117,43 @@ struct TopNSigma {
 /// One stage of a chain. Xtc, Dry, Mirostat, DynamicTemperature, EpsilonCutoff, EtaCutoff and
 /// the sequence rules are defined in their own headers.
 using Processor = std::variant<Temperature, TopK, TopP, MinP, Typical, RepetitionPenalty, FrequencyPresencePenalty,
-                               NoRepeatNgram, LogitBias, BannedTokens, AllowedTokens, DynamicTemperature, TopNSigma, Xtc,
-                               Dry, Mirostat, EpsilonCutoff, EtaCutoff, MinNewTokens, ExponentialDecayLengthPenalty,
-                               BadWords, SequenceBias, BeginSuppressTokens>;
+                               NoRepeatNgram, LogitBias, BannedTokens, AllowedTokens, DynamicTemperature, TopNSigma,
+                               Xtc, Dry, Mirostat, EpsilonCutoff, EtaCutoff, MinNewTokens,
+                               ExponentialDecayLengthPenalty, BadWords, SequenceBias, BeginSuppressTokens>;
 
 /// Parameters of the presets (the common knobs; 1 / 0 values mean "off"). Defaults follow
 /// llama.cpp where it has the knob.
 struct SamplingParams {
-  float temperature = 1.0f;       ///< T >= 0 (0 = greedy; 1 = off)
-  Index top_k = 0;                ///< <= 0 = off
-  float top_p = 1.0f;             ///< 1 = off; 0 keeps the min_keep most probable (llama.cpp, HF)
-  float min_p = 0.0f;             ///< 0 = off
-  float typical_p = 1.0f;         ///< 1 = off
+  float temperature = 1.0f;         ///< T >= 0 (0 = greedy; 1 = off)
+  Index top_k = 0;                  ///< <= 0 = off
+  float top_p = 1.0f;               ///< 1 = off; 0 keeps the min_keep most probable (llama.cpp, HF)
+  float min_p = 0.0f;               ///< 0 = off
+  float typical_p = 1.0f;           ///< 1 = off
   float repetition_penalty = 1.0f;  ///< 1 = off
   float frequency_penalty = 0.0f;   ///< 0 = off
   float presence_penalty = 0.0f;    ///< 0 = off
-  Index min_keep = 1;             ///< floor of top-p, min-p, typical, epsilon, eta and XTC
-  Index penalty_last_n = -1;      ///< history window of the three penalties: -1 = all passed, 0 = none
-  float dynatemp_range = 0.0f;    ///< dynamic temperature's delta (0 = plain temperature)
-  float dynatemp_exponent = 1.0f;  ///< dynamic temperature's exponent
-  float top_n_sigma = -1.0f;      ///< <= 0 = off
-  float xtc_probability = 0.0f;   ///< 0 = off
-  float xtc_threshold = 0.1f;     ///< XTC's probability threshold
-  float dry_multiplier = 0.0f;    ///< 0 = off
-  float dry_base = 1.75f;         ///< DRY's growth base, >= 1
-  Index dry_allowed_length = 2;   ///< DRY's free repeat length
-  Index dry_penalty_last_n = -1;  ///< DRY's window: -1 = all of the history passed, 0 = off
+  Index min_keep = 1;               ///< floor of top-p, min-p, typical, epsilon, eta and XTC
+  Index penalty_last_n = -1;        ///< history window of the three penalties: -1 = all passed, 0 = none
+  float dynatemp_range = 0.0f;      ///< dynamic temperature's delta (0 = plain temperature)
+  float dynatemp_exponent = 1.0f;   ///< dynamic temperature's exponent
+  float top_n_sigma = -1.0f;        ///< <= 0 = off
+  float xtc_probability = 0.0f;     ///< 0 = off
+  float xtc_threshold = 0.1f;       ///< XTC's probability threshold
+  float dry_multiplier = 0.0f;      ///< 0 = off
+  float dry_base = 1.75f;           ///< DRY's growth base, >= 1
+  Index dry_allowed_length = 2;     ///< DRY's free repeat length
+  Index dry_penalty_last_n = -1;    ///< DRY's window: -1 = all of the history passed, 0 = off
   std::vector<std::vector<TokenId>> dry_sequence_breakers{};  ///< DRY's breakers (token sequences)
-  int mirostat = 0;               ///< 0 = off, 1 or 2
-  float mirostat_tau = 5.0f;      ///< Mirostat's target surprise (bits)
-  float mirostat_eta = 0.1f;      ///< Mirostat's learning rate
-  float epsilon_cutoff = 0.0f;    ///< 0 = off, else in (0, 1)
-  float eta_cutoff = 0.0f;        ///< 0 = off, else in (0, 1)
-  std::vector<TokenId> eos_tokens{};  ///< EOS ids for min_new_tokens, the decay penalty and bad words
-  Index min_new_tokens = 0;       ///< 0 = off
-  Index exponential_decay_start = 0;      ///< generated tokens before the EOS boost starts
-  float exponential_decay_factor = 1.0f;  ///< 1 = off
-  std::vector<std::vector<TokenId>> bad_words{};  ///< banned sequences (HF bad_words_ids)
+  int mirostat = 0;                                           ///< 0 = off, 1 or 2
+  float mirostat_tau = 5.0f;                                  ///< Mirostat's target surprise (bits)
+  float mirostat_eta = 0.1f;                                  ///< Mirostat's learning rate
+  float epsilon_cutoff = 0.0f;                                ///< 0 = off, else in (0, 1)
+  float eta_cutoff = 0.0f;                                    ///< 0 = off, else in (0, 1)
+  std::vector<TokenId> eos_tokens{};               ///< EOS ids for min_new_tokens, the decay penalty and bad words
+  Index min_new_tokens = 0;                        ///< 0 = off
+  Index exponential_decay_start = 0;               ///< generated tokens before the EOS boost starts
+  float exponential_decay_factor = 1.0f;           ///< 1 = off
+  std::vector<std::vector<TokenId>> bad_words{};   ///< banned sequences (HF bad_words_ids)
   std::vector<SequenceBiasEntry> sequence_bias{};  ///< biased sequences (HF sequence_bias)
   std::vector<TokenId> begin_suppress_tokens{};    ///< banned at the first generated token
 };
@@ -170,7 +170,8 @@ class SamplerChain {
   SamplerChain& add(Processor p) {
     std::visit([](const auto& q) { validate(q); }, p);
     if (std::holds_alternative<Mirostat>(p))
-      require(find<Mirostat>() == nullptr, "processors", "a second mirostat", "a chain holds at most one mirostat stage");
+      require(find<Mirostat>() == nullptr, "processors", "a second mirostat",
+              "a chain holds at most one mirostat stage");
     if (std::holds_alternative<Xtc>(p))
       require(find<Xtc>() == nullptr, "processors", "a second xtc",
               "a chain holds at most one xtc stage (its coin is words 2-3 of the draw's Philox block)");
@@ -215,7 +216,8 @@ class SamplerChain {
   void apply(std::span<float> logits, std::span<const TokenId> history = {}) const {
     require_stateless();
     if (const Xtc* x = find<Xtc>())
-      require(x->probability == 0.0f, "rng", "none", "an xtc stage draws a coin: use apply(logits, history, state, rng, draw_index)");
+      require(x->probability == 0.0f, "rng", "none",
+              "an xtc stage draws a coin: use apply(logits, history, state, rng, draw_index)");
     Candidates c(logits);
     run(c, {history, nullptr, nullptr, 0});
     c.materialize();
@@ -248,8 +250,8 @@ class SamplerChain {
   /// As sample() above for a request with state `state`: the stages read it, and the drawn
   /// token and its surprise are recorded in it until accept() commits them. Any chain may be
   /// sampled this way.
-  TokenId sample(std::span<float> logits, std::span<const TokenId> history, SamplerState& state,
-                 const CounterRng& rng, std::uint64_t draw_index, std::span<float> distribution = {}) const {
+  TokenId sample(std::span<float> logits, std::span<const TokenId> history, SamplerState& state, const CounterRng& rng,
+                 std::uint64_t draw_index, std::span<float> distribution = {}) const {
     check_state(state);
     Candidates c(logits);
     run(c, {history, &state, &rng, draw_index});
@@ -375,7 +377,8 @@ class SamplerChain {
 
   void check_state(const SamplerState& state) const {
     if (find<Mirostat>())
-      require(state.has_mu_, "state", "no mirostat mu", "this chain has a mirostat stage: make the state with make_state()");
+      require(state.has_mu_, "state", "no mirostat mu",
+              "this chain has a mirostat stage: make the state with make_state()");
   }
 
   void batch(MatrixView<float> logits, std::span<const std::span<const TokenId>> histories,
@@ -421,8 +424,10 @@ class SamplerChain {
     if (!p.begin_suppress_tokens.empty()) add(BeginSuppressTokens{p.begin_suppress_tokens});
   }
   void add_temperature(const SamplingParams& p) {
-    if (p.dynatemp_range > 0.0f) add(DynamicTemperature{p.temperature, p.dynatemp_range, p.dynatemp_exponent});
-    else if (p.temperature != 1.0f) add(Temperature{p.temperature});
+    if (p.dynatemp_range > 0.0f)
+      add(DynamicTemperature{p.temperature, p.dynatemp_range, p.dynatemp_exponent});
+    else if (p.temperature != 1.0f)
+      add(Temperature{p.temperature});
   }
   void add_cutoffs(const SamplingParams& p) {
     if (p.epsilon_cutoff > 0.0f) add(EpsilonCutoff{p.epsilon_cutoff, p.min_keep});
@@ -445,33 +450,53 @@ class SamplerChain {
       std::visit(
           [&](const auto& q) {
             using Q = std::decay_t<decltype(q)>;
-            if constexpr (std::is_same_v<Q, Temperature>) apply_temperature(c, q.value);
-            else if constexpr (std::is_same_v<Q, TopK>) apply_top_k(c, q.k);
-            else if constexpr (std::is_same_v<Q, TopP>) apply_top_p(c, q.p, q.min_keep);
-            else if constexpr (std::is_same_v<Q, MinP>) apply_min_p(c, q.p, q.min_keep);
-            else if constexpr (std::is_same_v<Q, Typical>) apply_typical(c, q.mass, q.min_keep);
+            if constexpr (std::is_same_v<Q, Temperature>)
+              apply_temperature(c, q.value);
+            else if constexpr (std::is_same_v<Q, TopK>)
+              apply_top_k(c, q.k);
+            else if constexpr (std::is_same_v<Q, TopP>)
+              apply_top_p(c, q.p, q.min_keep);
+            else if constexpr (std::is_same_v<Q, MinP>)
+              apply_min_p(c, q.p, q.min_keep);
+            else if constexpr (std::is_same_v<Q, Typical>)
+              apply_typical(c, q.mass, q.min_keep);
             else if constexpr (std::is_same_v<Q, RepetitionPenalty>) {
               if (q.last_n != 0) apply_repetition_penalty(c, window(history, q.last_n), q.penalty);
             } else if constexpr (std::is_same_v<Q, FrequencyPresencePenalty>) {
-              if (q.last_n != 0) apply_frequency_presence_penalty(c, window(history, q.last_n), q.frequency, q.presence);
-            } else if constexpr (std::is_same_v<Q, NoRepeatNgram>) apply_no_repeat_ngram(c, history, q.n);
-            else if constexpr (std::is_same_v<Q, LogitBias>) apply_logit_bias(c, q.biases);
-            else if constexpr (std::is_same_v<Q, BannedTokens>) apply_banned_tokens(c, q.tokens);
-            else if constexpr (std::is_same_v<Q, AllowedTokens>) apply_allowed_tokens(c, q.tokens);
-            else if constexpr (std::is_same_v<Q, DynamicTemperature>) apply_dynamic_temperature(c, q);
-            else if constexpr (std::is_same_v<Q, TopNSigma>) apply_top_n_sigma(c, q.n);
+              if (q.last_n != 0)
+                apply_frequency_presence_penalty(c, window(history, q.last_n), q.frequency, q.presence);
+            } else if constexpr (std::is_same_v<Q, NoRepeatNgram>)
+              apply_no_repeat_ngram(c, history, q.n);
+            else if constexpr (std::is_same_v<Q, LogitBias>)
+              apply_logit_bias(c, q.biases);
+            else if constexpr (std::is_same_v<Q, BannedTokens>)
+              apply_banned_tokens(c, q.tokens);
+            else if constexpr (std::is_same_v<Q, AllowedTokens>)
+              apply_allowed_tokens(c, q.tokens);
+            else if constexpr (std::is_same_v<Q, DynamicTemperature>)
+              apply_dynamic_temperature(c, q);
+            else if constexpr (std::is_same_v<Q, TopNSigma>)
+              apply_top_n_sigma(c, q.n);
             else if constexpr (std::is_same_v<Q, Xtc>) {
               if (q.probability > 0.0f) apply_xtc(c, q, *in.rng, in.draw_index);
-            } else if constexpr (std::is_same_v<Q, Dry>) apply_dry(c, history, q);
-            else if constexpr (std::is_same_v<Q, Mirostat>) apply_mirostat(c, q, in.state->mu_);
-            else if constexpr (std::is_same_v<Q, EpsilonCutoff>) apply_epsilon_cutoff(c, q);
-            else if constexpr (std::is_same_v<Q, EtaCutoff>) apply_eta_cutoff(c, q);
-            else if constexpr (std::is_same_v<Q, MinNewTokens>) apply_min_new_tokens(c, q, in.state->generated_);
+            } else if constexpr (std::is_same_v<Q, Dry>)
+              apply_dry(c, history, q);
+            else if constexpr (std::is_same_v<Q, Mirostat>)
+              apply_mirostat(c, q, in.state->mu_);
+            else if constexpr (std::is_same_v<Q, EpsilonCutoff>)
+              apply_epsilon_cutoff(c, q);
+            else if constexpr (std::is_same_v<Q, EtaCutoff>)
+              apply_eta_cutoff(c, q);
+            else if constexpr (std::is_same_v<Q, MinNewTokens>)
+              apply_min_new_tokens(c, q, in.state->generated_);
             else if constexpr (std::is_same_v<Q, ExponentialDecayLengthPenalty>)
               apply_exponential_decay_length_penalty(c, q, in.state->generated_);
-            else if constexpr (std::is_same_v<Q, BadWords>) apply_bad_words(c, history, q);
-            else if constexpr (std::is_same_v<Q, SequenceBias>) apply_sequence_bias(c, history, q);
-            else apply_begin_suppress_tokens(c, q, in.state->generated_);
+            else if constexpr (std::is_same_v<Q, BadWords>)
+              apply_bad_words(c, history, q);
+            else if constexpr (std::is_same_v<Q, SequenceBias>)
+              apply_sequence_bias(c, history, q);
+            else
+              apply_begin_suppress_tokens(c, q, in.state->generated_);
           },
           p);
     }
@@ -512,7 +537,8 @@ class SamplerChain {
   static void validate(const MinP& q) { validate_min_p(q.p, q.min_keep); }
   static void validate(const Typical& q) { validate_typical(q.mass, q.min_keep); }
   static void validate(const RepetitionPenalty& q) {
-    require(std::isfinite(q.penalty) && q.penalty > 0.0f, "repetition_penalty", q.penalty, "must be finite and > 0 (1 = off)");
+    require(std::isfinite(q.penalty) && q.penalty > 0.0f, "repetition_penalty", q.penalty,
+            "must be finite and > 0 (1 = off)");
     validate_last_n(q.last_n);
   }
   static void validate(const FrequencyPresencePenalty& q) {
@@ -558,7 +584,8 @@ class SamplerChain {
   static std::string name(const MinP& q) { return fmt("min_p", q.p); }
   static std::string name(const Typical& q) { return fmt("typical_p", q.mass); }
   static std::string name(const RepetitionPenalty& q) {
-    return q.last_n < 0 ? fmt("repetition_penalty", q.penalty) : fmt("repetition_penalty", {q.penalty, double(q.last_n)});
+    return q.last_n < 0 ? fmt("repetition_penalty", q.penalty)
+                        : fmt("repetition_penalty", {q.penalty, double(q.last_n)});
   }
   static std::string name(const FrequencyPresencePenalty& q) {
     return q.last_n < 0 ? fmt("frequency_presence_penalty", {q.frequency, q.presence})
@@ -587,7 +614,9 @@ class SamplerChain {
   }
   static std::string name(const BadWords& q) { return fmt("bad_words", double(q.sequences.size())); }
   static std::string name(const SequenceBias& q) { return fmt("sequence_bias", double(q.entries.size())); }
-  static std::string name(const BeginSuppressTokens& q) { return fmt("begin_suppress_tokens", double(q.tokens.size())); }
+  static std::string name(const BeginSuppressTokens& q) {
+    return fmt("begin_suppress_tokens", double(q.tokens.size()));
+  }
 
   std::vector<Processor> processors_;
 };

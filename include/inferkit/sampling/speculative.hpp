@@ -42,15 +42,15 @@ namespace inferkit {
 
 /// Checks of the verification inputs.
 struct VerifyOptions {
-  double tolerance = 1e-3;       ///< |sum(row) - 1| allowed for a probability row
-  bool check_all_rows = false;   ///< also check rows the rule does not read whole (O(k V))
+  double tolerance = 1e-3;      ///< |sum(row) - 1| allowed for a probability row
+  bool check_all_rows = false;  ///< also check rows the rule does not read whole (O(k V))
 };
 
 /// The outcome of verifying one draft.
 struct VerifyResult {
-  Index accepted = 0;            ///< draft tokens accepted (the caller keeps that many drafts)
-  std::vector<TokenId> tokens;   ///< accepted drafts, then the correction or bonus token
-  bool bonus = false;            ///< true when every draft was accepted and the last token is the bonus
+  Index accepted = 0;           ///< draft tokens accepted (the caller keeps that many drafts)
+  std::vector<TokenId> tokens;  ///< accepted drafts, then the correction or bonus token
+  bool bonus = false;           ///< true when every draft was accepted and the last token is the bonus
 };
 
 namespace detail {
@@ -247,10 +247,10 @@ inline VerifyResult verify_greedy(std::span<const TokenId> draft, MatrixView<con
 /// One sequence of a batched verification.
 struct DraftToVerify {
   std::span<const TokenId> draft;  ///< draft tokens
-  MatrixView<const float> q;   ///< [k, V]; no rows for point-mass drafts
-  MatrixView<const float> p;   ///< [k + 1, V]
-  CounterRng rng{0};  ///< the sequence's random source
-  std::uint64_t first_draw = 0;  ///< draw index of the first draft position
+  MatrixView<const float> q;       ///< [k, V]; no rows for point-mass drafts
+  MatrixView<const float> p;       ///< [k + 1, V]
+  CounterRng rng{0};               ///< the sequence's random source
+  std::uint64_t first_draw = 0;    ///< draw index of the first draft position
 };
 
 /// Verifies several sequences (each with its own k) in parallel; results in input order and
@@ -265,9 +265,9 @@ inline std::vector<VerifyResult> verify_batch(std::span<const DraftToVerify> ite
   for (std::int64_t j = 0; j < n; ++j) {
     const DraftToVerify& it = items[static_cast<std::size_t>(j)];
     try {
-      out[static_cast<std::size_t>(j)] =
-          (it.q.rows() == 0 && !it.draft.empty()) ? verify_point_mass_draft(it.draft, it.p, it.rng, it.first_draw, opt)
-                                                  : verify_draft(it.draft, it.q, it.p, it.rng, it.first_draw, opt);
+      out[static_cast<std::size_t>(j)] = (it.q.rows() == 0 && !it.draft.empty())
+                                             ? verify_point_mass_draft(it.draft, it.p, it.rng, it.first_draw, opt)
+                                             : verify_draft(it.draft, it.q, it.p, it.rng, it.first_draw, opt);
     } catch (...) {
       errors[static_cast<std::size_t>(j)] = std::current_exception();
     }
@@ -314,14 +314,17 @@ class AcceptanceRateEstimator {
   explicit AcceptanceRateEstimator(double decay = 1.0) : decay_(decay) {
     require(decay > 0.0 && decay <= 1.0, "decay", decay, "must be in (0, 1]");
   }
-  /// Adds one verification of k drafts that accepted `accepted`. @throws std::invalid_argument unless 0 <= accepted <= k.
+  /// Adds one verification of k drafts that accepted `accepted`. @throws std::invalid_argument unless 0 <= accepted <=
+  /// k.
   void observe(Index accepted, Index k) {
     require(k >= 0 && accepted >= 0 && accepted <= k, "accepted", accepted,
             "must be in [0, k = " + std::to_string(k) + "]");
     successes_ = successes_ * decay_ + static_cast<double>(accepted);
     trials_ = trials_ * decay_ + static_cast<double>(accepted) + (accepted < k ? 1.0 : 0.0);
   }
-  void observe(const VerifyResult& r, Index k) { observe(r.accepted, k); }  ///< Adds one verification result of k drafts.
+  void observe(const VerifyResult& r, Index k) {
+    observe(r.accepted, k);
+  }  ///< Adds one verification result of k drafts.
   /// The estimate; `prior` until anything was observed.
   double rate(double prior = 0.5) const { return trials_ > 0.0 ? successes_ / trials_ : prior; }
 

@@ -35,7 +35,8 @@ inline void apply_temperature(Candidates& c, float temperature) {
     if (shift == 0.0f)
       for (; i + simd::kWidth <= x.size(); i += simd::kWidth) simd::store(x.data() + i, simd::load(x.data() + i) / t);
     else
-      for (; i + simd::kWidth <= x.size(); i += simd::kWidth) simd::store(x.data() + i, (simd::load(x.data() + i) - sh) / t);
+      for (; i + simd::kWidth <= x.size(); i += simd::kWidth)
+        simd::store(x.data() + i, (simd::load(x.data() + i) - sh) / t);
     for (; i < x.size(); ++i) x[i] = (x[i] - shift) / temperature;
   } else {
     for (TokenId id : c.ids()) x[id] = (x[id] - shift) / temperature;

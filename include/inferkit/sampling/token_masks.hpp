@@ -41,7 +41,8 @@ inline void apply_logit_bias(std::span<float> logits, std::span<const TokenBias>
 
 inline void apply_banned_tokens(std::span<float> logits, std::span<const TokenId> banned) {
   const Index vocab = static_cast<Index>(logits.size());
-  for (std::size_t i = 0; i < banned.size(); ++i) detail::check_token(banned[i], vocab, "banned[" + std::to_string(i) + "]");
+  for (std::size_t i = 0; i < banned.size(); ++i)
+    detail::check_token(banned[i], vocab, "banned[" + std::to_string(i) + "]");
   for (TokenId id : banned) logits[static_cast<std::size_t>(id)] = -std::numeric_limits<float>::infinity();
 }
 
@@ -58,12 +59,14 @@ inline void apply_banned_tokens(Candidates& c, std::span<const TokenId> banned) 
 /// Keeps only the allowed tokens that are still candidates.
 inline void apply_allowed_tokens(Candidates& c, std::span<const TokenId> allowed) {
   const Index vocab = c.vocab_size();
-  for (std::size_t i = 0; i < allowed.size(); ++i) detail::check_token(allowed[i], vocab, "allowed[" + std::to_string(i) + "]");
+  for (std::size_t i = 0; i < allowed.size(); ++i)
+    detail::check_token(allowed[i], vocab, "allowed[" + std::to_string(i) + "]");
   std::vector<TokenId> ids(allowed.begin(), allowed.end());
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   const auto x = c.logits();
-  std::erase_if(ids, [&](TokenId id) { return x[static_cast<std::size_t>(id)] == -std::numeric_limits<float>::infinity(); });
+  std::erase_if(ids,
+                [&](TokenId id) { return x[static_cast<std::size_t>(id)] == -std::numeric_limits<float>::infinity(); });
   if (!c.dense()) {
     std::vector<TokenId> both;
     std::set_intersection(ids.begin(), ids.end(), c.ids().begin(), c.ids().end(), std::back_inserter(both));

@@ -40,12 +40,13 @@ inline std::vector<TokenId> select_top_k_dense(std::span<const float> x, Index k
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const auto kth = [&](std::size_t r) {  // r-th largest sample logit (0-based), or -inf
     if (r >= sample.size()) return neg_inf;
-    std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(r), sample.end(), std::greater<float>());
+    std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(r), sample.end(),
+                     std::greater<float>());
     return sample[r];
   };
   const double expected = double(k) * double(sample.size()) / double(n);
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const float t = attempt == 0 ? kth(static_cast<std::size_t>(expected + 3.0 * std::sqrt(expected) + 3.0))
+    const float t = attempt == 0   ? kth(static_cast<std::size_t>(expected + 3.0 * std::sqrt(expected) + 3.0))
                     : attempt == 1 ? kth(static_cast<std::size_t>(k - 1))
                                    : neg_inf;
     ids.clear();

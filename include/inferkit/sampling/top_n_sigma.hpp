@@ -26,7 +26,9 @@
 namespace inferkit {
 
 /// Checks top-n-sigma's parameter: n finite (n <= 0 = off); throws std::invalid_argument.
-inline void validate_top_n_sigma(float n) { require(std::isfinite(n), "top_n_sigma", n, "must be finite (<= 0 = off)"); }
+inline void validate_top_n_sigma(float n) {
+  require(std::isfinite(n), "top_n_sigma", n, "must be finite (<= 0 = off)");
+}
 
 namespace detail {
 

@@ -15,8 +15,8 @@
 // writes -inf after the boundary.
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <utility>
@@ -34,7 +34,8 @@ namespace inferkit {
 /// Checks top-p's parameters: p in [0, 1] (0 keeps the min_keep most probable tokens) and
 /// min_keep >= 1; throws std::invalid_argument naming the parameter otherwise.
 inline void validate_top_p(float p, Index min_keep) {
-  require(std::isfinite(p) && p >= 0.0f && p <= 1.0f, "top_p", p, "must be in [0, 1] (0 keeps the min_keep most probable)");
+  require(std::isfinite(p) && p >= 0.0f && p <= 1.0f, "top_p", p,
+          "must be in [0, 1] (0 keeps the min_keep most probable)");
   require(min_keep >= 1, "min_keep", min_keep, "must be >= 1");
 }
 

@@ -82,9 +82,8 @@ inline void apply_xtc(Candidates& c, const Xtc& q, double u) {
     detail::BracketedThreshold b = detail::bracket_threshold(c, max, false, threshold);
     b.lo = std::max(b.lo, q.threshold);
     b.hi = std::max(b.hi, b.lo);
-    detail::keep_ids_reaching_threshold(top, w, b, [&] {
-      return static_cast<float>(threshold(detail::candidate_mass(c, max, false, false)));
-    });
+    detail::keep_ids_reaching_threshold(
+        top, w, b, [&] { return static_cast<float>(threshold(detail::candidate_mass(c, max, false, false))); });
     count = b.mass.count;
   } else {
     c.for_each([&](TokenId id) { top.push_back(id); });  // threshold 0: every candidate

@@ -56,16 +56,16 @@ struct ScheduledSequence {
 /// An iteration's plan (valid until the next Scheduler::schedule()).
 template <class T = float>
 struct BatchPlan {
-  Index iteration = 0;                            ///< 1-based count of schedule() calls
-  std::vector<ScheduledSequence<T>> sequences;    ///< decode rows, then partial prefills, then admissions
-  std::vector<TokenId> token_ids;                 ///< every fed row, packed in sequence order
-  std::vector<Index> positions;                   ///< position of each packed row
-  std::vector<Index> cu_q;                        ///< sequences.size() + 1 offsets into the packed rows
-  std::vector<Index> logit_rows;                  ///< packed rows whose logits are sampled, in order
-  std::vector<RequestId> preempted;               ///< requests preempted (back to waiting) while planning
-  Index num_decode = 0;                           ///< decode (and speculative) sequences
-  Index num_prefill = 0;                          ///< prefill chunks (partial prefills and admissions)
-  Index num_admitted = 0;                         ///< admissions (the last num_admitted sequences)
+  Index iteration = 0;                          ///< 1-based count of schedule() calls
+  std::vector<ScheduledSequence<T>> sequences;  ///< decode rows, then partial prefills, then admissions
+  std::vector<TokenId> token_ids;               ///< every fed row, packed in sequence order
+  std::vector<Index> positions;                 ///< position of each packed row
+  std::vector<Index> cu_q;                      ///< sequences.size() + 1 offsets into the packed rows
+  std::vector<Index> logit_rows;                ///< packed rows whose logits are sampled, in order
+  std::vector<RequestId> preempted;             ///< requests preempted (back to waiting) while planning
+  Index num_decode = 0;                         ///< decode (and speculative) sequences
+  Index num_prefill = 0;                        ///< prefill chunks (partial prefills and admissions)
+  Index num_admitted = 0;                       ///< admissions (the last num_admitted sequences)
 
   /// Rows fed this iteration (the token budget used).
   Index num_tokens() const { return static_cast<Index>(token_ids.size()); }

@@ -39,42 +39,48 @@ enum class FinishReason {
 /// Name of a finish reason ("eos", "stop_sequence", "length").
 inline const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStopSequence: return "stop_sequence";
-    case FinishReason::kLength: return "length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStopSequence:
+      return "stop_sequence";
+    case FinishReason::kLength:
+      return "length";
   }
   return "?";
 }
 
 /// What a request asks for (designated initializers; validated by Scheduler::add_request()).
 struct RequestParams {
-  std::vector<TokenId> prompt{};                      ///< prompt token ids (at least one, all >= 0)
-  Index max_new_tokens = 16;                          ///< tokens to generate at most (>= 1)
-  std::vector<TokenId> eos_token_ids{};               ///< generating any of these stops (kept in the output)
+  std::vector<TokenId> prompt{};                       ///< prompt token ids (at least one, all >= 0)
+  Index max_new_tokens = 16;                           ///< tokens to generate at most (>= 1)
+  std::vector<TokenId> eos_token_ids{};                ///< generating any of these stops (kept in the output)
   std::vector<std::vector<TokenId>> stop_sequences{};  ///< generating any of these stops (each non-empty)
-  bool keep_stop_sequence = false;                    ///< keep a matched stop sequence in the output (HF) or drop it (vLLM, default)
-  std::uint64_t seed = 0;                             ///< sampling seed: token i is draw i of CounterRng(seed)
-  ContextIdentity identity{};                         ///< model / adapter / config fingerprint for prefix reuse
+  bool keep_stop_sequence = false;  ///< keep a matched stop sequence in the output (HF) or drop it (vLLM, default)
+  std::uint64_t seed = 0;           ///< sampling seed: token i is draw i of CounterRng(seed)
+  ContextIdentity identity{};       ///< model / adapter / config fingerprint for prefix reuse
 };
 
 /// A stop rule that holds after the last generated token.
 struct StopMatch {
   FinishReason reason = FinishReason::kLength;  ///< which rule holds
-  Index trim = 0;           ///< trailing generated tokens to drop from the output (a dropped stop sequence)
+  Index trim = 0;            ///< trailing generated tokens to drop from the output (a dropped stop sequence)
   Index stop_sequence = -1;  ///< index into stop_sequences for kStopSequence, else -1
 };
 
 /// Validates the stop rules and limits of `p` (not the prompt's fit into a pool, which the
 /// scheduler checks). Throws std::invalid_argument naming the first bad field.
 inline void validate_request(const RequestParams& p) {
-  require(!p.prompt.empty(), "prompt.size()", p.prompt.size(), "must be >= 1 (the last prompt token produces the first logits)");
+  require(!p.prompt.empty(), "prompt.size()", p.prompt.size(),
+          "must be >= 1 (the last prompt token produces the first logits)");
   for (std::size_t i = 0; i < p.prompt.size(); ++i)
-    if (p.prompt[i] < 0) throw_invalid_argument("prompt[" + std::to_string(i) + "]", p.prompt[i], "token ids must be >= 0");
+    if (p.prompt[i] < 0)
+      throw_invalid_argument("prompt[" + std::to_string(i) + "]", p.prompt[i], "token ids must be >= 0");
   require(p.max_new_tokens >= 1, "max_new_tokens", p.max_new_tokens, "must be >= 1");
-  require(p.max_new_tokens <= (Index{1} << 30) && static_cast<Index>(p.prompt.size()) <= (Index{1} << 30), "max_new_tokens",
-          p.max_new_tokens, "prompt and max_new_tokens must each be <= 2^30 (positions are 32-bit)");
+  require(p.max_new_tokens <= (Index{1} << 30) && static_cast<Index>(p.prompt.size()) <= (Index{1} << 30),
+          "max_new_tokens", p.max_new_tokens, "prompt and max_new_tokens must each be <= 2^30 (positions are 32-bit)");
   for (std::size_t i = 0; i < p.eos_token_ids.size(); ++i)
-    if (p.eos_token_ids[i] < 0) throw_invalid_argument("eos_token_ids[" + std::to_string(i) + "]", p.eos_token_ids[i], "token ids must be >= 0");
+    if (p.eos_token_ids[i] < 0)
+      throw_invalid_argument("eos_token_ids[" + std::to_string(i) + "]", p.eos_token_ids[i], "token ids must be >= 0");
   for (std::size_t s = 0; s < p.stop_sequences.size(); ++s) {
     const std::string name = "stop_sequences[" + std::to_string(s) + "]";
     require(!p.stop_sequences[s].empty(), name + ".size()", 0, "a stop sequence must hold at least one token");
@@ -106,11 +112,11 @@ inline std::optional<StopMatch> check_stop(const RequestParams& p, std::span<con
 struct FinishedRequest {
   RequestId id = -1;                            ///< its id from add_request()
   FinishReason reason = FinishReason::kLength;  ///< the stop rule that ended it
-  Index stop_sequence = -1;       ///< which stop sequence matched (kStopSequence), else -1
-  std::vector<TokenId> output;    ///< generated tokens, without a dropped stop sequence
-  Index generated_tokens = 0;     ///< tokens generated, including a dropped stop sequence
-  Index prompt_tokens = 0;        ///< prompt length
-  Index preemptions = 0;          ///< times it was preempted and recomputed
+  Index stop_sequence = -1;                     ///< which stop sequence matched (kStopSequence), else -1
+  std::vector<TokenId> output;                  ///< generated tokens, without a dropped stop sequence
+  Index generated_tokens = 0;                   ///< tokens generated, including a dropped stop sequence
+  Index prompt_tokens = 0;                      ///< prompt length
+  Index preemptions = 0;                        ///< times it was preempted and recomputed
 };
 
 }  // namespace inferkit

@@ -70,7 +70,7 @@ struct SchedulerConfig {
   /// share of Sarathi-Serve's token budget); 0 = the token budget. Bounds an iteration's prefill
   /// work, hence the time between tokens of the requests decoding beside it. Chunked prefill only.
   Index max_prefill_tokens = 0;
-  bool chunked_prefill = true;      ///< false: a prefill runs whole in one iteration (the unchunked baseline)
+  bool chunked_prefill = true;  ///< false: a prefill runs whole in one iteration (the unchunked baseline)
   /// > 1: a prefill chunk that does not finish its pending tokens ends at a multiple of this
   /// many tokens of the sequence (it may then wait an iteration). Per-channel quantized keys
   /// (KIVI pages) need it = the key group: a chunk's groups are then complete, so quantized,
@@ -103,17 +103,17 @@ enum class RequestState {
 
 /// Counters since construction.
 struct SchedulerStats {
-  std::uint64_t iterations = 0;        ///< schedule() calls
-  std::uint64_t admissions = 0;        ///< admissions (first and after preemption)
-  std::uint64_t preemptions = 0;      ///< running requests preempted (recomputed later)
-  std::uint64_t finished = 0;         ///< requests that met a stop rule
-  std::uint64_t cancelled = 0;        ///< cancel() calls that found a request
-  std::uint64_t prefill_tokens = 0;    ///< prefill rows scheduled (computed)
-  std::uint64_t cached_tokens = 0;     ///< prefill tokens skipped at admission thanks to the prefix trie
-  std::uint64_t decode_tokens = 0;     ///< decode rows scheduled (without drafts)
-  std::uint64_t draft_tokens = 0;      ///< draft rows scheduled
+  std::uint64_t iterations = 0;             ///< schedule() calls
+  std::uint64_t admissions = 0;             ///< admissions (first and after preemption)
+  std::uint64_t preemptions = 0;            ///< running requests preempted (recomputed later)
+  std::uint64_t finished = 0;               ///< requests that met a stop rule
+  std::uint64_t cancelled = 0;              ///< cancel() calls that found a request
+  std::uint64_t prefill_tokens = 0;         ///< prefill rows scheduled (computed)
+  std::uint64_t cached_tokens = 0;          ///< prefill tokens skipped at admission thanks to the prefix trie
+  std::uint64_t decode_tokens = 0;          ///< decode rows scheduled (without drafts)
+  std::uint64_t draft_tokens = 0;           ///< draft rows scheduled
   std::uint64_t accepted_draft_tokens = 0;  ///< draft tokens accepted in complete()
-  std::uint64_t evicted_pages = 0;     ///< trie pages evicted for room
+  std::uint64_t evicted_pages = 0;          ///< trie pages evicted for room
 };
 
 /// A snapshot of one request.
@@ -121,13 +121,13 @@ template <class T = float>
 struct RequestInfo {
   RequestState state = RequestState::kWaiting;  ///< waiting, prefilling or decoding
   Index prompt_tokens = 0;                      ///< prompt length
-  std::span<const TokenId> generated{};  ///< generated tokens so far (valid until the next call)
+  std::span<const TokenId> generated{};         ///< generated tokens so far (valid until the next call)
   /// Leading tokens whose K/V its table holds as of the last complete() (0 while waiting); a
   /// plan in flight has committed room for its rows beyond these.
   Index cached_tokens = 0;
-  Index pinned_tokens = 0;    ///< tokens of its trie path it pins (matched prefix plus pages it fed)
-  Index preemptions = 0;        ///< times it was preempted so far
-  Index waited_iterations = 0;  ///< iterations it has been passed over since it last started waiting
+  Index pinned_tokens = 0;               ///< tokens of its trie path it pins (matched prefix plus pages it fed)
+  Index preemptions = 0;                 ///< times it was preempted so far
+  Index waited_iterations = 0;           ///< iterations it has been passed over since it last started waiting
   const BlockTable<T>* table = nullptr;  ///< its KV while running, else nullptr
 };
 
@@ -147,12 +147,16 @@ class Scheduler {
   Scheduler(Pool& pool, Trie* trie, SchedulerConfig config) : pool_(&pool), trie_(trie), c_(config) {
     require(c_.max_sequences >= 1, "max_sequences", c_.max_sequences, "must be >= 1");
     require(c_.max_batched_tokens >= c_.max_sequences, "max_batched_tokens", c_.max_batched_tokens,
-            "must be >= max_sequences (" + std::to_string(c_.max_sequences) + "), so every running request's decode row fits");
-    require(c_.max_prefill_chunk >= 0, "max_prefill_chunk", c_.max_prefill_chunk, "must be >= 0 (0: the remaining budget)");
-    require(c_.max_prefill_tokens >= 0, "max_prefill_tokens", c_.max_prefill_tokens, "must be >= 0 (0: the token budget)");
+            "must be >= max_sequences (" + std::to_string(c_.max_sequences) +
+                "), so every running request's decode row fits");
+    require(c_.max_prefill_chunk >= 0, "max_prefill_chunk", c_.max_prefill_chunk,
+            "must be >= 0 (0: the remaining budget)");
+    require(c_.max_prefill_tokens >= 0, "max_prefill_tokens", c_.max_prefill_tokens,
+            "must be >= 0 (0: the token budget)");
     require(c_.max_prefill_tokens == 0 || c_.chunked_prefill, "max_prefill_tokens", c_.max_prefill_tokens,
             "needs chunked_prefill (an unchunked prefill runs whole)");
-    require(c_.prefill_chunk_alignment >= 0, "prefill_chunk_alignment", c_.prefill_chunk_alignment, "must be >= 0 (0 or 1: none)");
+    require(c_.prefill_chunk_alignment >= 0, "prefill_chunk_alignment", c_.prefill_chunk_alignment,
+            "must be >= 0 (0 or 1: none)");
     if (c_.prefill_chunk_alignment > 1 && c_.chunked_prefill) {
       const Index a = c_.prefill_chunk_alignment;
       require(c_.max_batched_tokens >= c_.max_sequences + a - 1, "max_batched_tokens", c_.max_batched_tokens,
@@ -164,8 +168,11 @@ class Scheduler {
               "must be 0 or >= prefill_chunk_alignment (" + std::to_string(a) + ")");
     }
     require(c_.starvation_iterations >= 0, "starvation_iterations", c_.starvation_iterations, "must be >= 0");
-    require(c_.lpm_refresh_per_iteration >= 0, "lpm_refresh_per_iteration", c_.lpm_refresh_per_iteration, "must be >= 0");
-    if (trie_) require(trie_->page_size() == pool.page_size(), "trie page_size", trie_->page_size(), "must equal the pool's page_size (" + std::to_string(pool.page_size()) + ")");
+    require(c_.lpm_refresh_per_iteration >= 0, "lpm_refresh_per_iteration", c_.lpm_refresh_per_iteration,
+            "must be >= 0");
+    if (trie_)
+      require(trie_->page_size() == pool.page_size(), "trie page_size", trie_->page_size(),
+              "must equal the pool's page_size (" + std::to_string(pool.page_size()) + ")");
     page_ = pool.page_size();
   }
   /// Releases every request's blocks and trie pins (the pool and trie must still exist).
@@ -208,9 +215,10 @@ class Scheduler {
                                  " tokens, more than the pool's " + std::to_string(pool_->config().max_blocks) +
                                  ": the request could never run");
     if (!c_.chunked_prefill && p + n - 1 > c_.max_batched_tokens)
-      throw_invalid_argument("prompt.size() + max_new_tokens", p + n,
-                             "a resumed prefill may feed prompt + max_new_tokens - 1 tokens, more than max_batched_tokens = " +
-                                 std::to_string(c_.max_batched_tokens) + " allows without chunked prefill");
+      throw_invalid_argument(
+          "prompt.size() + max_new_tokens", p + n,
+          "a resumed prefill may feed prompt + max_new_tokens - 1 tokens, more than max_batched_tokens = " +
+              std::to_string(c_.max_batched_tokens) + " allows without chunked prefill");
     auto rec = std::make_unique<Record>(*pool_);
     Record& r = *rec;
     r.id = next_id_++;
@@ -302,15 +310,17 @@ class Scheduler {
     if (!in_flight_) throw std::logic_error("inferkit: complete() called without a scheduled plan in flight");
     const Index sampled = plan_.num_sampled();
     if (!counts.empty() && static_cast<Index>(counts.size()) != sampled)
-      throw_invalid_argument("counts.size()", counts.size(), "must be the plan's sampled sequences (" + std::to_string(sampled) + ")");
+      throw_invalid_argument("counts.size()", counts.size(),
+                             "must be the plan's sampled sequences (" + std::to_string(sampled) + ")");
     // Validate everything before changing anything.
     Index at = 0, k = 0;
     for (const auto& s : plan_.sequences) {
       if (!s.sample) continue;
       const Index c = counts.empty() ? 1 : counts[static_cast<std::size_t>(k)];
       if (c < 1 || c > 1 + s.draft_tokens)
-        throw_invalid_argument("counts[" + std::to_string(k) + "]", c,
-                               "request " + std::to_string(s.id) + " takes 1 to " + std::to_string(1 + s.draft_tokens) + " tokens");
+        throw_invalid_argument(
+            "counts[" + std::to_string(k) + "]", c,
+            "request " + std::to_string(s.id) + " takes 1 to " + std::to_string(1 + s.draft_tokens) + " tokens");
       if (at + c > static_cast<Index>(tokens.size()))
         throw_invalid_argument("tokens.size()", tokens.size(), "is shorter than the counts of the sampled sequences");
       for (Index j = 0; j < c; ++j) {
@@ -318,16 +328,18 @@ class Scheduler {
         if (t < 0) throw_invalid_argument("tokens[" + std::to_string(at + j) + "]", t, "token ids must be >= 0");
         // Accepted drafts must be the drafts whose K/V the forward wrote.
         if (j + 1 < c && t != s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)])
-          throw_invalid_argument("tokens[" + std::to_string(at + j) + "]", t,
-                                 "request " + std::to_string(s.id) + " fed draft " +
-                                     std::to_string(s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)]) +
-                                     " there: an accepted token must equal its draft");
+          throw_invalid_argument(
+              "tokens[" + std::to_string(at + j) + "]", t,
+              "request " + std::to_string(s.id) + " fed draft " +
+                  std::to_string(s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)]) +
+                  " there: an accepted token must equal its draft");
       }
       at += c;
       ++k;
     }
     if (at != static_cast<Index>(tokens.size()))
-      throw_invalid_argument("tokens.size()", tokens.size(), "must equal the sum of the counts (" + std::to_string(at) + ")");
+      throw_invalid_argument("tokens.size()", tokens.size(),
+                             "must equal the sum of the counts (" + std::to_string(at) + ")");
 
     std::vector<FinishedRequest> finished;
     at = 0;
@@ -449,16 +461,16 @@ class Scheduler {
     RequestParams params;
     std::vector<TokenId> tokens;  // prompt then generated
     Index prompt_len = 0;
-    Index computed = 0;           // leading tokens whose K/V the table holds (after complete())
+    Index computed = 0;  // leading tokens whose K/V the table holds (after complete())
     Table table;
     typename Trie::Handle handle;
-    Index trie_pages = 0;         // pages of tokens on the pinned trie path
+    Index trie_pages = 0;  // pages of tokens on the pinned trie path
     bool running = false, cancelled = false, gone = false;
     std::uint64_t arrival = 0, admitted = 0;
-    Index enqueued_at = 0;        // iteration_ when it last started waiting
-    Index hint = 0;               // LPM: cached prefix tokens when last looked up
+    Index enqueued_at = 0;  // iteration_ when it last started waiting
+    Index hint = 0;         // LPM: cached prefix tokens when last looked up
     std::vector<TokenId> draft;
-    Index row = -1;               // its row in this iteration's plan
+    Index row = -1;  // its row in this iteration's plan
     Index preemptions = 0;
   };
   struct Row {
@@ -476,7 +488,8 @@ class Scheduler {
 
   Record& find(RequestId id, const char* what) const {
     const auto it = records_.find(id);
-    if (it == records_.end() || it->second->cancelled) throw_out_of_range(what, id, "no waiting or running request has this id");
+    if (it == records_.end() || it->second->cancelled)
+      throw_out_of_range(what, id, "no waiting or running request has this id");
     return *it->second;
   }
 
@@ -623,7 +636,8 @@ class Scheduler {
   bool admit(Record& r) {
     typename Trie::Match m;
     const Index len = static_cast<Index>(r.tokens.size());
-    if (trie_) m = trie_->match(r.params.identity, std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(len - 1)));
+    if (trie_)
+      m = trie_->match(r.params.identity, std::span<const TokenId>(r.tokens).first(static_cast<std::size_t>(len - 1)));
     const Index cached = m.tokens;
     const Index n = c_.chunked_prefill ? chunk(cached, len - cached) : len - cached;
     const auto undo = [&] {
@@ -655,7 +669,8 @@ class Scheduler {
   void feed_trie(Record& r) {
     if (!trie_) return;
     while ((r.trie_pages + 1) * page_ <= r.computed) {
-      const auto page = std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.trie_pages * page_), static_cast<std::size_t>(page_));
+      const auto page = std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.trie_pages * page_),
+                                                                   static_cast<std::size_t>(page_));
       const BlockId mine = r.table.blocks()[static_cast<std::size_t>(r.trie_pages)];
       const BlockId cached = trie_->extend(r.params.identity, r.handle, page, mine);
       if (cached != mine) r.table.share_page(r.trie_pages, cached);
@@ -671,7 +686,8 @@ class Scheduler {
     f.generated_tokens = generated(r);
     f.prompt_tokens = r.prompt_len;
     f.preemptions = r.preemptions;
-    f.output.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(r.prompt_len), r.tokens.end() - static_cast<std::ptrdiff_t>(stop.trim));
+    f.output.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(r.prompt_len),
+                    r.tokens.end() - static_cast<std::ptrdiff_t>(stop.trim));
     release_memory(r);
     r.gone = true;
     ++stats_.finished;
@@ -735,7 +751,8 @@ class Scheduler {
       plan_records_.push_back(&r);
     }
     for (auto& s : p.sequences)  // spans once token_ids no longer grows
-      s.tokens = std::span<TokenId>(p.token_ids).subspan(static_cast<std::size_t>(s.offset), static_cast<std::size_t>(s.num_tokens));
+      s.tokens = std::span<TokenId>(p.token_ids)
+                     .subspan(static_cast<std::size_t>(s.offset), static_cast<std::size_t>(s.num_tokens));
   }
 
   Pool* pool_;

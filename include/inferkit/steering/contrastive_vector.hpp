@@ -50,8 +50,11 @@ class ContrastiveVectorBuilder {
   /// @param opt  reduction and normalization
   /// @throws std::invalid_argument if dim <= 0.
   explicit ContrastiveVectorBuilder(Index dim, ContrastiveOptions opt = {})
-      : dim_(require_positive(dim, "dim")), opt_(opt), sum_(static_cast<std::size_t>(dim), 0.0),
-        pos_(static_cast<std::size_t>(dim)), neg_(static_cast<std::size_t>(dim)) {}
+      : dim_(require_positive(dim, "dim")),
+        opt_(opt),
+        sum_(static_cast<std::size_t>(dim), 0.0),
+        pos_(static_cast<std::size_t>(dim)),
+        neg_(static_cast<std::size_t>(dim)) {}
 
   /// Adds one pair: the hidden states of the positive and the negative prompt at the layer,
   /// [tokens, dim] each (the token counts may differ).
@@ -93,7 +96,8 @@ class ContrastiveVectorBuilder {
     std::vector<double> m = mean_difference();
     if (opt_.normalize) {
       const double n = norm(m);
-      require(n > 0.0, "mean difference norm", n, "must be > 0 to normalize: positive and negative states agree on average");
+      require(n > 0.0, "mean difference norm", n,
+              "must be > 0 to normalize: positive and negative states agree on average");
       for (double& x : m) x /= n;
     }
     return std::vector<float>(m.begin(), m.end());

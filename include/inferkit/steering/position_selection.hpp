@@ -77,10 +77,14 @@ struct PositionSelection {
   std::pair<Index, Index> interval(Index prompt_length) const {
     constexpr Index kEnd = std::numeric_limits<Index>::max();
     switch (kind) {
-      case Kind::kPrompt: return {0, prompt_length};
-      case Kind::kGenerated: return {prompt_length, kEnd};
-      case Kind::kRange: return {begin, end};
-      case Kind::kAll: break;
+      case Kind::kPrompt:
+        return {0, prompt_length};
+      case Kind::kGenerated:
+        return {prompt_length, kEnd};
+      case Kind::kRange:
+        return {begin, end};
+      case Kind::kAll:
+        break;
     }
     return {0, kEnd};
   }

@@ -65,8 +65,10 @@ inline bool all_finite(const float* x, std::size_t n) {
 /// h += scale * v over d floats, no validation (callers validated v and scale once).
 inline void add_direction_unchecked(float* h, const float* v, std::size_t d, EditOptions opt) {
   if (opt.scale == 0.0f) return;
-  if (opt.preserve_norm) restore_norm(h, d, axpy_with_norms(h, opt.scale, v, d));
-  else simd::axpy(h, opt.scale, v, d);
+  if (opt.preserve_norm)
+    restore_norm(h, d, axpy_with_norms(h, opt.scale, v, d));
+  else
+    simd::axpy(h, opt.scale, v, d);
 }
 
 /// h -= scale * (h . u) / uu * u over d floats, with uu = u . u > 0 precomputed (as
@@ -75,15 +77,19 @@ inline void ablate_direction_unchecked(float* h, const float* u, double uu, std:
   if (opt.scale == 0.0f) return;
   const auto a = static_cast<float>(-static_cast<double>(opt.scale) * (dot_f64(h, u, d) / uu));
   if (a == 0.0f) return;  // h is already orthogonal to u (to double precision)
-  if (opt.preserve_norm) restore_norm(h, d, axpy_with_norms(h, a, u, d));
-  else simd::axpy(h, a, u, d);
+  if (opt.preserve_norm)
+    restore_norm(h, d, axpy_with_norms(h, a, u, d));
+  else
+    simd::axpy(h, a, u, d);
 }
 
 /// Throws std::invalid_argument naming `name[i]` for the first non-finite element of x.
 inline void require_all_finite(std::span<const float> x, const char* name) {
-  if (all_finite(x.data(), x.size())) [[likely]] return;
+  if (all_finite(x.data(), x.size())) [[likely]]
+    return;
   for (std::size_t i = 0; i < x.size(); ++i)
-    if (!std::isfinite(x[i])) throw_invalid_argument(std::string(name) + "[" + std::to_string(i) + "]", x[i], "must be finite");
+    if (!std::isfinite(x[i]))
+      throw_invalid_argument(std::string(name) + "[" + std::to_string(i) + "]", x[i], "must be finite");
 }
 
 inline void require_same_size(std::size_t got, std::size_t want, const char* parameter) {

@@ -62,7 +62,8 @@ class SteeringPlan {
   /// @param dim         width of the residual stream (> 0)
   /// @throws std::invalid_argument if either is <= 0.
   SteeringPlan(Index num_layers, Index dim)
-      : num_layers_(require_positive(num_layers, "num_layers")), dim_(require_positive(dim, "dim")),
+      : num_layers_(require_positive(num_layers, "num_layers")),
+        dim_(require_positive(dim, "dim")),
         by_layer_(static_cast<std::size_t>(num_layers)) {}
 
   /// Appends an edit after the existing ones (see the composition order in the file comment).
@@ -83,10 +84,15 @@ class SteeringPlan {
       for (std::size_t j = 0; j < i; ++j)
         require(iv.layers[j] != iv.layers[i], "layers[" + std::to_string(i) + "]", iv.layers[i], "repeats a layer");
     }
-    Edit e{iv.kind, std::vector<float>(iv.vector.begin(), iv.vector.end()), 0.0, {iv.scale, iv.preserve_norm}, iv.positions};
+    Edit e{iv.kind,
+           std::vector<float>(iv.vector.begin(), iv.vector.end()),
+           0.0,
+           {iv.scale, iv.preserve_norm},
+           iv.positions};
     if (iv.kind == EditKind::kAblate) {
       e.uu = detail::squared_norm_f64(e.vector.data(), e.vector.size());
-      require(e.uu > 0.0 && std::isfinite(e.uu), "vector . vector", e.uu, "must be finite and > 0: ablation needs a direction");
+      require(e.uu > 0.0 && std::isfinite(e.uu), "vector . vector", e.uu,
+              "must be finite and > 0: ablation needs a direction");
     }
     const auto index = static_cast<Index>(edits_.size());
     edits_.push_back(std::move(e));
@@ -121,7 +127,8 @@ class SteeringPlan {
   ///         std::invalid_argument if hidden.cols() != dim or seq has a negative field.
   void apply(Index layer, MatrixView<float> hidden, SequenceRows seq) const {
     require_index(layer, num_layers_, "layer");
-    require(hidden.cols() == dim_, "hidden.cols()", hidden.cols(), "must equal the plan's dim (" + std::to_string(dim_) + ")");
+    require(hidden.cols() == dim_, "hidden.cols()", hidden.cols(),
+            "must equal the plan's dim (" + std::to_string(dim_) + ")");
     seq.validate();
     const auto d = static_cast<std::size_t>(dim_);
     for (Index k : by_layer_[static_cast<std::size_t>(layer)]) {  // plan order
@@ -129,8 +136,10 @@ class SteeringPlan {
       const auto [first, last] = e.positions.selected_rows(seq, hidden.rows());
       for (Index r = first; r < last; ++r) {
         float* h = hidden.row_ptr(r);
-        if (e.kind == EditKind::kAdd) detail::add_direction_unchecked(h, e.vector.data(), d, e.options);
-        else detail::ablate_direction_unchecked(h, e.vector.data(), e.uu, d, e.options);
+        if (e.kind == EditKind::kAdd)
+          detail::add_direction_unchecked(h, e.vector.data(), d, e.options);
+        else
+          detail::ablate_direction_unchecked(h, e.vector.data(), e.uu, d, e.options);
       }
     }
   }

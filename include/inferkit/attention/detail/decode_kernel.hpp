@@ -86,10 +86,14 @@ template <class Reader, int ROWS>
 inline void decode_pv_rows(Index nv, float* o, Index o_stride, const float* pt, Index pt_stride, const float* alpha,
                            const Reader& v, Index j0, Index nc) {
   switch (nv) {
-    case 4: return decode_pv_block<Reader, ROWS, 4>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
-    case 3: return decode_pv_block<Reader, ROWS, 3>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
-    case 2: return decode_pv_block<Reader, ROWS, 2>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
-    default: return decode_pv_block<Reader, ROWS, 1>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
+    case 4:
+      return decode_pv_block<Reader, ROWS, 4>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
+    case 3:
+      return decode_pv_block<Reader, ROWS, 3>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
+    case 2:
+      return decode_pv_block<Reader, ROWS, 2>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
+    default:
+      return decode_pv_block<Reader, ROWS, 1>(o, o_stride, pt, pt_stride, alpha, v, j0, nc);
   }
 }
 
@@ -104,10 +108,18 @@ inline void decode_pv(float* o, Index Dp, const float* st, Index Rp, const float
       const Index nv = std::min<Index>(4, (Dp - j0) / W);
       float* orow = o + r * Dp + j0;
       switch (rows) {
-        case 4: decode_pv_rows<Reader, 4>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc); break;
-        case 3: decode_pv_rows<Reader, 3>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc); break;
-        case 2: decode_pv_rows<Reader, 2>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc); break;
-        default: decode_pv_rows<Reader, 1>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc); break;
+        case 4:
+          decode_pv_rows<Reader, 4>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc);
+          break;
+        case 3:
+          decode_pv_rows<Reader, 3>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc);
+          break;
+        case 2:
+          decode_pv_rows<Reader, 2>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc);
+          break;
+        default:
+          decode_pv_rows<Reader, 1>(nv, orow, Dp, st + r, Rp, alpha + r, v, j0, nc);
+          break;
       }
     }
   }
@@ -150,9 +162,10 @@ template <class Rows>
 using direct_element_t = std::remove_cvref_t<decltype(*std::declval<Rows>().direct_rows())>;
 template <class Rows>
 concept DirectRows = requires(const Rows& r) {
-  { r.direct_rows() };
+  {r.direct_rows()};
   { r.row_stride } -> std::convertible_to<Index>;
-} && kLoadsInRegisters<direct_element_t<Rows>>;
+}
+&&kLoadsInRegisters<direct_element_t<Rows>>;
 
 // The online-softmax update over S^T [nc][Rp]: rows of lanes are rows (Rp a multiple of the
 // width) or repeat with period Rp (Rp divides the width; the key count is padded with -inf).
@@ -238,21 +251,23 @@ void with_tile_reader(const Rows& rows, Index c0, Index nc, Index d, bool in_pla
         ws.row_param.resize(static_cast<std::size_t>(nc));
         for (Index i = 0; i < nc; ++i)
           ws.row_param[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(((c0 + i) / v.group_size - g0) * d);
-        return dispatch_bits<true>(v.bits, codes, code_bytes, step.data(), zero.data(), d, nullptr,
-                                   ws.row_param.data(), f);
+        return dispatch_bits<true>(v.bits, codes, code_bytes, step.data(), zero.data(), d, nullptr, ws.row_param.data(),
+                                   f);
       }
       const Index groups = d / v.group_size;
       step.resize(static_cast<std::size_t>(nc * groups));
       zero.resize(static_cast<std::size_t>(nc * groups));
       decode_quant_params(v, c0 * groups, nc * groups, step.data(), zero.data());
       ws.group_of.resize(static_cast<std::size_t>(d / W));
-      for (Index j = 0; j < d / W; ++j) ws.group_of[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j * W / v.group_size);
+      for (Index j = 0; j < d / W; ++j)
+        ws.group_of[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j * W / v.group_size);
       return dispatch_bits<false>(v.bits, codes, code_bytes, step.data(), zero.data(), groups, ws.group_of.data(),
                                   nullptr, f);
     }
   }
   if constexpr (DirectRows<Rows>) {
-    if (in_place) return f(PlainReader<direct_element_t<Rows>>{rows.direct_rows() + c0 * rows.row_stride, rows.row_stride});
+    if (in_place)
+      return f(PlainReader<direct_element_t<Rows>>{rows.direct_rows() + c0 * rows.row_stride, rows.row_stride});
     const RowsF32 r = rows.load_f32(c0, nc, d, buf.data(), decode_padded_dim(d), false);
     return f(PlainReader<float>{r.data, r.stride});
   } else {
@@ -294,8 +309,10 @@ bool reduced_scores(const Rows& keys, Index c0, Index nc, Index d, Index Rp, flo
   if constexpr (QuantizedRows<Rows> && kReducedVnni) {
     const QuantRowsView v = keys.quantized_view();
     if (c0 + nc > v.tokens || !vnni_scores_apply(v, d) || rs.key.kind != QueryRounding::kInt8) return false;
-    if (v.bits == 8) vnni_scores<8>(v, c0, nc, d, rs, Rp, st, rs);
-    else vnni_scores<4>(v, c0, nc, d, rs, Rp, st, rs);
+    if (v.bits == 8)
+      vnni_scores<8>(v, c0, nc, d, rs, Rp, st, rs);
+    else
+      vnni_scores<4>(v, c0, nc, d, rs, Rp, st, rs);
     return true;
   }
 #endif
@@ -314,8 +331,8 @@ bool reduced_scores(const Rows& keys, Index c0, Index nc, Index d, Index Rp, flo
 /// o = o * alpha + P V of a tile by integer or bf16 dot products where the values allow; false
 /// if the caller must run the float kernel.
 template <class Rows>
-bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st, Index Rp, Index R,
-                const float* alpha, float* o, Index Dp, ReducedScratch& rs) {
+bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st, Index Rp, Index R, const float* alpha,
+                float* o, Index Dp, ReducedScratch& rs) {
 #if INFERKIT_DETAIL_REDUCED_VNNI
   if constexpr (QuantizedRows<Rows> && kReducedVnni) {
     const QuantRowsView v = values.quantized_view();
@@ -335,8 +352,10 @@ bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st
     if (rs.nat_touched)
       for (Index r = 0; r < R; ++r)
         for (Index j = 0; j < Dp; ++j) o[r * Dp + j] *= alpha[r];
-    if (v.bits == 8) vnni_pv<8>(v, c0, nc, d, st, Rp, R, alpha, rs);
-    else vnni_pv<4>(v, c0, nc, d, st, Rp, R, alpha, rs);
+    if (v.bits == 8)
+      vnni_pv<8>(v, c0, nc, d, st, Rp, R, alpha, rs);
+    else
+      vnni_pv<4>(v, c0, nc, d, st, Rp, R, alpha, rs);
     return true;
   }
 #endif
@@ -355,8 +374,8 @@ bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st
 /// Partial attention of all query rows of KV head g over source tokens [begin, end) (global
 /// token indices across blocks). Writes o [Rp][Dp] (unnormalized), m [Rp], l [Rp].
 template <KvSource S>
-void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin, Index end, DecodeScratch& ws,
-                    float* o, float* m, float* l) {
+void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin, Index end, DecodeScratch& ws, float* o,
+                    float* m, float* l) {
   using simd::VecF;
   constexpr Index W = DecodeShape::kW;
   constexpr Index Bc = kDecodeKeyTile;
@@ -410,9 +429,8 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       // in the reduced arithmetic with the rounded query, as integer dot products where possible.
       const float* qk = p.reduced ? reduced_query(blk.keys, q, Rp, Dp, d, rs) : q;
       if (!p.reduced || !reduced_scores(blk.keys, c0, nc, d, Rp, st, rs))
-        with_tile_reader(blk.keys, c0, nc, d, in_place, ws.kbuf, ws.kstep, ws.kzero, ws, [&](const auto& reader) {
-          decode_scores(reader, nc, qk, Rp, Dp, st, lanes);
-        });
+        with_tile_reader(blk.keys, c0, nc, d, in_place, ws.kbuf, ws.kstep, ws.kzero, ws,
+                         [&](const auto& reader) { decode_scores(reader, nc, qk, Rp, Dp, st, lanes); });
 
       // Soft-cap, ALiBi and mask, then the online-softmax update of every row.
       if (p.softcap > 0.0f) {
@@ -425,8 +443,10 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
           for (Index r = 0; r < R; ++r) {
             const std::int64_t qp = p.q_pos[r / G];
             float& sc = st[c * Rp + r];
-            if (vis == TileVisibility::kPartial && !p.mask.visible(qp, kpos)) sc = kNegInf;
-            else if (p.slopes) sc -= p.slopes[g * G + r % G] * static_cast<float>(qp - kpos);
+            if (vis == TileVisibility::kPartial && !p.mask.visible(qp, kpos))
+              sc = kNegInf;
+            else if (p.slopes)
+              sc -= p.slopes[g * G + r % G] * static_cast<float>(qp - kpos);
           }
         }
       }
@@ -439,14 +459,14 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       if (rs.perm_touched) {
         for (Index r = 0; r < R; ++r) {
           for (Index j = 0; j < d; ++j) rs.o_perm[static_cast<std::size_t>(r * d + j)] *= alpha[r];
-          for (Index j = 0; j < rs.perm_groups * 16; ++j) rs.zacc[static_cast<std::size_t>(r * rs.perm_groups * 16 + j)] *= alpha[r];
+          for (Index j = 0; j < rs.perm_groups * 16; ++j)
+            rs.zacc[static_cast<std::size_t>(r * rs.perm_groups * 16 + j)] *= alpha[r];
         }
       }
       if (p.reduced && bf16_rows<decltype(blk.values)>()) round_bf16_inplace(st, nc * Rp);
       rs.nat_touched = true;
-      with_tile_reader(blk.values, c0, nc, d, in_place, ws.vbuf, ws.vstep, ws.vzero, ws, [&](const auto& reader) {
-        decode_pv(o, Dp, st, Rp, alpha, R, reader, nc);
-      });
+      with_tile_reader(blk.values, c0, nc, d, in_place, ws.vbuf, ws.vstep, ws.vzero, ws,
+                       [&](const auto& reader) { decode_pv(o, Dp, st, Rp, alpha, R, reader, nc); });
     }
   }
   fold_reduced_pv(rs, R, d, Dp, o);

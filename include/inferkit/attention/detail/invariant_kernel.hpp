@@ -39,12 +39,13 @@ void invariant_split_unit(const SequenceProblem& p, const S& kv, Index g, Index 
   ws.vbuf.resize(static_cast<std::size_t>(kPrefillKeyTile * Dp));
   if (Dp != d) std::fill(ws.vbuf.data(), ws.vbuf.data() + kPrefillKeyTile * Dp, 0.0f);  // padding columns read as 0
   std::fill(o, o + Rp * Dp, 0.0f);
-  lanes_sweep(p, kv, u, begin, end, 0, ws,
-              [&](const KeyTileWalker<S>& tiles, Index nc) {
-                const RowsF32 v = tiles.values(d, ws.vbuf.data(), Dp, Dp == d);
-                decode_pv(o, Dp, ws.st.data(), Rp, ws.alpha.data(), R, PlainReader<float>{v.data, v.stride}, nc);
-              },
-              [] {});
+  lanes_sweep(
+      p, kv, u, begin, end, 0, ws,
+      [&](const KeyTileWalker<S>& tiles, Index nc) {
+        const RowsF32 v = tiles.values(d, ws.vbuf.data(), Dp, Dp == d);
+        decode_pv(o, Dp, ws.st.data(), Rp, ws.alpha.data(), R, PlainReader<float>{v.data, v.stride}, nc);
+      },
+      [] {});
   std::copy_n(ws.m.data(), Rp, m);
   std::copy_n(ws.l.data(), Rp, l);
 }

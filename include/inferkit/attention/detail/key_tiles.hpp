@@ -73,10 +73,12 @@ class KeyTileWalker {
   /// The tile's key (or value) rows as floats: in place when the tile lies in one float block
   /// and allow_in_place, else decoded or gathered into `scratch` (count() rows of `stride`).
   RowsF32 keys(Index d, float* scratch, Index stride, bool allow_in_place) const {
-    return rows(d, scratch, stride, allow_in_place, [](const Block& b) -> const auto& { return b.keys; });
+    return rows(
+        d, scratch, stride, allow_in_place, [](const Block& b) -> const auto& { return b.keys; });
   }
   RowsF32 values(Index d, float* scratch, Index stride, bool allow_in_place) const {
-    return rows(d, scratch, stride, allow_in_place, [](const Block& b) -> const auto& { return b.values; });
+    return rows(
+        d, scratch, stride, allow_in_place, [](const Block& b) -> const auto& { return b.values; });
   }
 
  private:

@@ -25,8 +25,8 @@ struct LanesGemmShape {
 };
 
 template <int MR, int NV>
-inline void lanes_gemm_micro(const float* a, Index a_rs, Index a_cs, Index J, const float* b, Index b_rs,
-                             float* c, Index c_rs, const float* c_scale) {
+inline void lanes_gemm_micro(const float* a, Index a_rs, Index a_cs, Index J, const float* b, Index b_rs, float* c,
+                             Index c_rs, const float* c_scale) {
   using simd::VecF;
   constexpr Index W = static_cast<Index>(simd::kWidth);
   VecF acc[MR][NV];
@@ -53,8 +53,8 @@ inline void lanes_gemm_micro(const float* a, Index a_rs, Index a_cs, Index J, co
 }
 
 template <int MR, int NV>
-inline void lanes_gemm_row_tail(Index rows, const float* a, Index a_rs, Index a_cs, Index J, const float* b,
-                                Index b_rs, float* c, Index c_rs, const float* c_scale) {
+inline void lanes_gemm_row_tail(Index rows, const float* a, Index a_rs, Index a_cs, Index J, const float* b, Index b_rs,
+                                float* c, Index c_rs, const float* c_scale) {
   if constexpr (MR > 0) {
     if (rows == MR) {
       lanes_gemm_micro<MR, NV>(a, a_rs, a_cs, J, b, b_rs, c, c_rs, c_scale);
@@ -70,7 +70,8 @@ inline void lanes_gemm_panel(Index I, Index J, const float* a, Index a_rs, Index
                              float* c, Index c_rs, const float* c_scale) {
   constexpr int MR = NV == LanesGemmShape::kNV ? LanesGemmShape::kMR : LanesGemmShape::rows_for(NV);
   Index i = 0;
-  for (; i + MR <= I; i += MR) lanes_gemm_micro<MR, NV>(a + i * a_rs, a_rs, a_cs, J, b, b_rs, c + i * c_rs, c_rs, c_scale);
+  for (; i + MR <= I; i += MR)
+    lanes_gemm_micro<MR, NV>(a + i * a_rs, a_rs, a_cs, J, b, b_rs, c + i * c_rs, c_rs, c_scale);
   if (i < I) lanes_gemm_row_tail<MR - 1, NV>(I - i, a + i * a_rs, a_rs, a_cs, J, b, b_rs, c + i * c_rs, c_rs, c_scale);
 }
 
@@ -87,9 +88,12 @@ inline void lanes_gemm(Index I, Index J, Index R, const float* a, Index a_rs, In
   };
   while (R - r0 >= LanesGemmShape::kRowBlock) panel(std::integral_constant<int, LanesGemmShape::kNV>{});
   const Index rest = (R - r0) / W;
-  if constexpr (LanesGemmShape::kNV > 3) if (rest == 3) panel(std::integral_constant<int, 3>{});
-  if constexpr (LanesGemmShape::kNV > 2) if (rest == 2) panel(std::integral_constant<int, 2>{});
-  if constexpr (LanesGemmShape::kNV > 1) if (rest == 1) panel(std::integral_constant<int, 1>{});
+  if constexpr (LanesGemmShape::kNV > 3)
+    if (rest == 3) panel(std::integral_constant<int, 3>{});
+  if constexpr (LanesGemmShape::kNV > 2)
+    if (rest == 2) panel(std::integral_constant<int, 2>{});
+  if constexpr (LanesGemmShape::kNV > 1)
+    if (rest == 1) panel(std::integral_constant<int, 1>{});
 }
 
 }  // namespace inferkit::detail

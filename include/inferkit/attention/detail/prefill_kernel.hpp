@@ -23,13 +23,13 @@
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/online_softmax.hpp"
-#include "inferkit/core/threading.hpp"
 #include "inferkit/core/simd.hpp"
+#include "inferkit/core/threading.hpp"
 
 namespace inferkit::detail {
 
 inline constexpr Index kPrefillKeyTile = kBatchInvariantKeyTile;  // keys per tile
-inline constexpr Index kPrefillTargetRows = 64;  // query rows (tokens x group heads) per unit
+inline constexpr Index kPrefillTargetRows = 64;                   // query rows (tokens x group heads) per unit
 
 /// Query tokens per prefill unit for a group size.
 inline Index prefill_query_tokens(Index group) { return std::max<Index>(1, kPrefillTargetRows / group); }
@@ -254,14 +254,14 @@ void prefill_unit(const SequenceProblem& p, const S& kv, Index g, Index t0, Inde
     std::fill(ws.l.data(), ws.l.data() + Rp, 0.0f);
     touched = false;
   };
-  lanes_sweep(p, kv, u, 0, kv.num_tokens(), merge_every, ws,
-              [&](const KeyTileWalker<S>& tiles, Index nc) {
-                const RowsF32 values = tiles.values(d, ws.vbuf.data(), d, true);
-                lanes_gemm(d, nc, Rp, values.data, 1, values.stride, ws.st.data(), Rp, ws.ot.data(), Rp,
-                           ws.alpha.data());
-                touched = true;
-              },
-              fold);
+  lanes_sweep(
+      p, kv, u, 0, kv.num_tokens(), merge_every, ws,
+      [&](const KeyTileWalker<S>& tiles, Index nc) {
+        const RowsF32 values = tiles.values(d, ws.vbuf.data(), d, true);
+        lanes_gemm(d, nc, Rp, values.data, 1, values.stride, ws.st.data(), Rp, ws.ot.data(), Rp, ws.alpha.data());
+        touched = true;
+      },
+      fold);
   if (merge_every > 0) fold();
   const float* o = folded ? ws.ot2.data() : ws.ot.data();
   const float* m = folded ? ws.m2.data() : ws.m.data();

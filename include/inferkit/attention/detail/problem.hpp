@@ -76,19 +76,24 @@ class ProblemBuilder {
                  Index head_dim, const AttentionOptions& opt)
       : q_(q), out_(out), lse_(lse), opt_(opt), groups_(q.dim1(), num_kv_heads) {
     validate_options(opt, q.dim1());
-    require(q.dim2() == head_dim, "q.dim2()", q.dim2(), "must equal the KV head_dim (" + std::to_string(head_dim) + ")");
+    require(q.dim2() == head_dim, "q.dim2()", q.dim2(),
+            "must equal the KV head_dim (" + std::to_string(head_dim) + ")");
     require(out.dim0() == q.dim0(), "out.dim0()", out.dim0(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
     require(out.dim1() == q.dim1(), "out.dim1()", out.dim1(), "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
     require(out.dim2() == q.dim2(), "out.dim2()", out.dim2(), "must equal q.dim2() (" + std::to_string(q.dim2()) + ")");
     if (lse.rows() > 0 || lse.cols() > 0) {
-      require(lse.rows() == q.dim0(), "lse.rows()", lse.rows(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-      require(lse.cols() == q.dim1(), "lse.cols()", lse.cols(), "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
+      require(lse.rows() == q.dim0(), "lse.rows()", lse.rows(),
+              "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
+      require(lse.cols() == q.dim1(), "lse.cols()", lse.cols(),
+              "must equal q.dim1() (" + std::to_string(q.dim1()) + ")");
     }
     if (!opt.query_positions.empty())
       require(static_cast<Index>(opt.query_positions.size()) == q.dim0(), "query_positions.size()",
               opt.query_positions.size(), "must equal q.dim0() (" + std::to_string(q.dim0()) + ")");
-    if (!opt.alibi_slopes.empty()) slopes_.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
-    else if (opt.alibi) slopes_ = alibi_slopes(q.dim1());
+    if (!opt.alibi_slopes.empty())
+      slopes_.assign(opt.alibi_slopes.begin(), opt.alibi_slopes.end());
+    else if (opt.alibi)
+      slopes_ = alibi_slopes(q.dim1());
     scale_ = opt.scale ? *opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   }
   ProblemBuilder(const ProblemBuilder&) = delete;
@@ -103,16 +108,17 @@ class ProblemBuilder {
   SequenceProblem sequence(Index q0, Index nq, std::int32_t last_key_position) const {
     if (opt_.query_positions.empty())  // bottom-right aligned: the first query sits nq - 1 before the last key
       require(std::int64_t{last_key_position} - (nq - 1) >= std::numeric_limits<std::int32_t>::min(), "q.dim0()", nq,
-              "places the first query (bottom-right aligned to the last key position " + std::to_string(last_key_position) +
-                  ") below the int32 position range");
+              "places the first query (bottom-right aligned to the last key position " +
+                  std::to_string(last_key_position) + ") below the int32 position range");
     SequenceProblem p;
     p.q = q_.slice0(q0, nq);
     p.out = out_.slice0(q0, nq);
     p.lse = lse_.rows() > 0 ? lse_.rows_slice(q0, nq) : MatrixView<float>{};
-    p.q_pos = opt_.query_positions.empty()
-                  ? TokenPositions{nullptr, nq > 0 ? static_cast<std::int32_t>(std::int64_t{last_key_position} - (nq - 1))
-                                                   : last_key_position}  // no rows: nothing reads it
-                  : TokenPositions{opt_.query_positions.data() + q0, 0};
+    p.q_pos =
+        opt_.query_positions.empty()
+            ? TokenPositions{nullptr, nq > 0 ? static_cast<std::int32_t>(std::int64_t{last_key_position} - (nq - 1))
+                                             : last_key_position}  // no rows: nothing reads it
+            : TokenPositions{opt_.query_positions.data() + q0, 0};
     p.group = groups_.group_size();
     p.scale = scale_;
     p.mask = {opt_.causal, opt_.window};

@@ -26,8 +26,8 @@
 #include <cstring>
 #include <vector>
 
-#include "inferkit/attention/kv_block.hpp"
 #include "inferkit/attention/detail/row_readers.hpp"
+#include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/half.hpp"
 #include "inferkit/core/simd.hpp"
@@ -189,7 +189,8 @@ inline void transpose16x16(__m512i r[16]) {
   __m512i out[16];
   for (int j = 0; j < 4; ++j) {
     const __m512i a = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88), b = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xDD);
-    const __m512i c = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88), e = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xDD);
+    const __m512i c = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88),
+                  e = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xDD);
     out[j] = _mm512_shuffle_i32x4(a, c, 0x88);
     out[8 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
     out[4 + j] = _mm512_shuffle_i32x4(b, e, 0x88);
@@ -261,18 +262,22 @@ void vnni_scores(const QuantRowsView& v, Index c0, Index nc, Index d, const Redu
       for (Index g = 0; g < groups; ++g) {
         __m512i acc[4];
         for (int rr = 0; rr < 4; ++rr)
-          acc[rr] = v.symmetric ? _mm512_set1_epi32(-(1 << (Bits - 1)) * rq.qisum[static_cast<std::size_t>((r0 + rr) * groups + g)])
-                                : _mm512_setzero_si512();
+          acc[rr] =
+              v.symmetric
+                  ? _mm512_set1_epi32(-(1 << (Bits - 1)) * rq.qisum[static_cast<std::size_t>((r0 + rr) * groups + g)])
+                  : _mm512_setzero_si512();
         for (Index q = g * gk / 4; q < (g + 1) * gk / 4; ++q) {
           const __m512i t = _mm512_load_si512(tb + q * 16);
-          for (int rr = 0; rr < 4; ++rr) acc[rr] = _mm512_dpbusd_epi32(acc[rr], t, _mm512_set1_epi32(qd[(r0 + rr) * nq + q]));
+          for (int rr = 0; rr < 4; ++rr)
+            acc[rr] = _mm512_dpbusd_epi32(acc[rr], t, _mm512_set1_epi32(qd[(r0 + rr) * nq + q]));
         }
         const __m512 stepv = _mm512_loadu_ps(rs.stepT.data() + g * ncp + kb);
         for (int rr = 0; rr < 4; ++rr) {
           const std::size_t rg = static_cast<std::size_t>((r0 + rr) * groups + g);
           s[rr] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[rr]), _mm512_set1_ps(rq.sq[rg])), stepv, s[rr]);
           if (!v.symmetric)
-            s[rr] = _mm512_fmadd_ps(_mm512_loadu_ps(rs.zeroT.data() + g * ncp + kb), _mm512_set1_ps(rq.qsum[rg]), s[rr]);
+            s[rr] =
+                _mm512_fmadd_ps(_mm512_loadu_ps(rs.zeroT.data() + g * ncp + kb), _mm512_set1_ps(rq.qsum[rg]), s[rr]);
         }
       }
       if (Rp == 4 && kb + 16 <= nc) {
@@ -402,8 +407,9 @@ void vnni_pv(const QuantRowsView& v, Index c0, Index nc, Index d, const float* s
         for (int h = 0; h < 2; ++h) {
           const __m512 swv = _mm512_set1_ps(rs.sw[static_cast<std::size_t>(r * groups + (h ? g1 : g0))]);
           for (int e2 = 0; e2 < 2; ++e2)
-            _mm512_storeu_ps(op + 32 * h + 16 * e2, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[rr][h][e2]), swv,
-                                                                  _mm512_mul_ps(_mm512_loadu_ps(op + 32 * h + 16 * e2), av)));
+            _mm512_storeu_ps(op + 32 * h + 16 * e2,
+                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[rr][h][e2]), swv,
+                                             _mm512_mul_ps(_mm512_loadu_ps(op + 32 * h + 16 * e2), av)));
         }
       }
     }
@@ -457,8 +463,9 @@ inline void bf16_pv(const BFloat16* rows, Index stride, Index nc, const float* s
   if (Rp == 4) {  // p rounded 16 at a time (vcvtneps2bf16: RNE), then each pair's rows interleaved
     alignas(64) std::uint16_t sbf[64 * 4 + 32];
     for (Index i = 0; i < 2 * pairs * 4; i += 16) {
-      const __m512 x = i + 16 <= nc * 4 ? _mm512_loadu_ps(st + i)
-                                        : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (nc * 4 - i)) - 1u), st + i);
+      const __m512 x = i + 16 <= nc * 4
+                           ? _mm512_loadu_ps(st + i)
+                           : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (nc * 4 - i)) - 1u), st + i);
       _mm256_store_si256(reinterpret_cast<__m256i*>(sbf + i), (__m256i)_mm512_cvtneps_pbh(x));
     }
     for (Index c2 = 0; c2 < pairs; ++c2) {
@@ -493,7 +500,8 @@ inline void bf16_pv(const BFloat16* rows, Index stride, Index nc, const float* s
           e[2 * m + 1] = (__m512bh)_mm512_unpackhi_epi16(x, y);
         }
         for (Index rr = 0; rr < nr; ++rr) {
-          const __m512bh pv = (__m512bh)_mm512_set1_epi32(static_cast<int>(rs.pbf[static_cast<std::size_t>(c2 * Rp + r0 + rr)]));
+          const __m512bh pv =
+              (__m512bh)_mm512_set1_epi32(static_cast<int>(rs.pbf[static_cast<std::size_t>(c2 * Rp + r0 + rr)]));
           for (int k = 0; k < 4; ++k) acc[rr][k] = _mm512_dpbf16_ps(acc[rr][k], pv, e[k]);
         }
       }

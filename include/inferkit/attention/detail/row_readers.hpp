@@ -80,8 +80,10 @@ inline simd::VecF codes_as_float(const std::uint8_t* c, Index dv) {
     } else {  // each byte to four lanes, shifted by 0, 2, 4, 6
       std::int32_t four = 0;
       std::memcpy(&four, c + dv / 4, 4);
-      const __m128i bytes = _mm_shuffle_epi8(_mm_cvtsi32_si128(four), _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-      const __m512i lanes = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(bytes), _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6));
+      const __m128i bytes =
+          _mm_shuffle_epi8(_mm_cvtsi32_si128(four), _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+      const __m512i lanes = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(bytes),
+                                              _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6));
       return _mm512_cvtepi32_ps(_mm512_and_si512(lanes, _mm512_set1_epi32(3)));
     }
   }

@@ -44,7 +44,8 @@ inline void require_finite_rows(MatrixView<const float> x, const std::string& na
     if (all_finite(row, x.cols())) continue;
     for (Index c = 0; c < x.cols(); ++c)
       if (!std::isfinite(row[c]))
-        throw_invalid_argument(name + "(" + std::to_string(r) + ", " + std::to_string(c) + ")", row[c], "must be finite");
+        throw_invalid_argument(name + "(" + std::to_string(r) + ", " + std::to_string(c) + ")", row[c],
+                               "must be finite");
   }
 }
 
@@ -144,8 +145,11 @@ inline void quantize_blocks_q8(const float* x, Index n, Index padded, QuantKerne
     for (Index b = 0; b < blocks; ++b) {
       const Index k0 = b * 32, left = std::clamp<Index>(n - k0, 0, 32);
       const __mmask16 m0 = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
-      const __mmask16 m1 = left >= 32 ? __mmask16(0xFFFF) : left <= 16 ? __mmask16(0) : static_cast<__mmask16>((1u << (left - 16)) - 1u);
-      const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + std::min(k0, n)), v1 = _mm512_maskz_loadu_ps(m1, x + std::min(k0 + 16, n));
+      const __mmask16 m1 = left >= 32   ? __mmask16(0xFFFF)
+                           : left <= 16 ? __mmask16(0)
+                                        : static_cast<__mmask16>((1u << (left - 16)) - 1u);
+      const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + std::min(k0, n)),
+                   v1 = _mm512_maskz_loadu_ps(m1, x + std::min(k0 + 16, n));
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
       const float step = amax / 127.0f;
       d[b] = step;

@@ -82,13 +82,15 @@ struct Int4Scratch {
         const __mmask16 m = groups - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (groups - i)) - 1u);
         const __m512 sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sp + i));
         _mm512_mask_storeu_ps(st + i, m, sv);
-        _mm512_mask_storeu_ps(z + i, m,
-                              mp ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mp + i)) : _mm512_mul_ps(sv, _mm512_set1_ps(-8.0f)));
+        _mm512_mask_storeu_ps(
+            z + i, m,
+            mp ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mp + i)) : _mm512_mul_ps(sv, _mm512_set1_ps(-8.0f)));
       }
       continue;
 #endif
       convert(w.row_steps(n0 + r), st, g);
-      if (mn) convert(mn, z, g);
+      if (mn)
+        convert(mn, z, g);
       else
         for (std::size_t i = 0; i < g; ++i) z[i] = -8.0f * st[i];
     }
@@ -132,7 +134,7 @@ inline void int4_rows_float_avx512(const Int4Weights& w, Index n0, const Int4Flo
   const std::uint8_t* codes[R];
   const float* st[R];
   __m512 acc[R][2];
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     codes[r] = w.row_codes(n0 + r);
     st[r] = s.steps(r);
@@ -143,12 +145,13 @@ inline void int4_rows_float_avx512(const Int4Weights& w, Index n0, const Int4Flo
     const float* xc = in.x + c * 64;
     const __m512 x0 = _mm512_loadu_ps(xc), x1 = _mm512_loadu_ps(xc + 16);
     const __m512 x2 = _mm512_loadu_ps(xc + 32), x3 = _mm512_loadu_ps(xc + 48);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const std::uint8_t* b = codes[r] + c * 32;
       const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
       const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16)));
-      const __m512 l0 = _mm512_cvtepi32_ps(_mm512_and_si512(b0, lo4)), l1 = _mm512_cvtepi32_ps(_mm512_and_si512(b1, lo4));
+      const __m512 l0 = _mm512_cvtepi32_ps(_mm512_and_si512(b0, lo4)),
+                   l1 = _mm512_cvtepi32_ps(_mm512_and_si512(b1, lo4));
       const __m512 h0 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)), h1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4));
       const __m512 plo = _mm512_fmadd_ps(l1, x1, _mm512_mul_ps(l0, x0));  // features 0..31 of the chunk
       const __m512 phi = _mm512_fmadd_ps(h1, x3, _mm512_mul_ps(h0, x2));  // features 32..63
@@ -168,7 +171,7 @@ inline void int4_rows_float_avx512(const Int4Weights& w, Index n0, const Int4Flo
     chunk(c + 1, 1);
   }
   if (c < chunks) chunk(c, 0);
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
     main[r] = _mm512_reduce_add_ps(
         _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), int4_zero_term_avx512(s.zeros(r), in.gsum, s.groups)));
@@ -186,7 +189,7 @@ inline float int4_row_float_avx2(const Int4Weights& w, Index n, const Int4FloatI
     const std::uint8_t* b = codes + c * 32;
     const float* xc = in.x + c * 64;
     __m256 pl[4], ph[4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int e = 0; e < 4; ++e) {
       const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8 * e)));
       pl[e] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, lo4)), _mm256_loadu_ps(xc + 8 * e));
@@ -229,18 +232,26 @@ inline float int4_row_float_scalar(const Int4Weights& w, Index n, const Int4Floa
 /// Not inlined, like every float kernel of quant/: one compiled instance serves the serial loop
 /// and the OpenMP region alike, so the compiler cannot contract multiply-adds differently in
 /// the two (-ffp-contract=fast is GCC's default), and results never depend on the thread count.
-[[gnu::noinline]] inline void int4_rows_float(QuantKernel k, const Int4Weights& w, Index n0, int rows, const Int4FloatInput& in,
-                            Int4Scratch& s, float* y) {
+[[gnu::noinline]] inline void int4_rows_float(QuantKernel k, const Int4Weights& w, Index n0, int rows,
+                                              const Int4FloatInput& in, Int4Scratch& s, float* y) {
   s.load(w, n0, rows);
   float main[kInt4Rows];
   bool done = false;
 #if defined(INFERKIT_QUANT_AVX512VNNI)
   if (k == QuantKernel::kAvx512Vnni) {
     switch (rows) {
-      case 1: int4_rows_float_avx512<1>(w, n0, in, s, main); break;
-      case 2: int4_rows_float_avx512<2>(w, n0, in, s, main); break;
-      case 3: int4_rows_float_avx512<3>(w, n0, in, s, main); break;
-      default: int4_rows_float_avx512<4>(w, n0, in, s, main); break;
+      case 1:
+        int4_rows_float_avx512<1>(w, n0, in, s, main);
+        break;
+      case 2:
+        int4_rows_float_avx512<2>(w, n0, in, s, main);
+        break;
+      case 3:
+        int4_rows_float_avx512<3>(w, n0, in, s, main);
+        break;
+      default:
+        int4_rows_float_avx512<4>(w, n0, in, s, main);
+        break;
     }
     for (int r = 0; r < rows; ++r) y[r] = main[r];  // the zero term is inside
     return;
@@ -269,7 +280,7 @@ inline void int4_rows_q8_avx512(const Int4Weights& w, Index n0, const Int4Q8Inpu
   const std::uint8_t* codes[R];
   const float* sd[R];
   __m512 acc[R][2];
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     codes[r] = w.row_codes(n0 + r);
     sd[r] = s.scales(r);
@@ -277,17 +288,19 @@ inline void int4_rows_q8_avx512(const Int4Weights& w, Index n0, const Int4Q8Inpu
   }
   const auto chunk = [&](Index c, int slot) {
     const __m512i qv = _mm512_loadu_si512(in.q + c * 64);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes[r] + c * 32));
       const __m256i lo = _mm256_and_si256(packed, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), lo4);
       const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // 64 codes, feature order
       const __m512i p = dpbusd(_mm512_setzero_si512(), u, qv);                  // lanes 0-7: block 2c, 8-15: 2c + 1
-      double pair;  // sd[2c], sd[2c + 1]
+      double pair;                                                              // sd[2c], sd[2c + 1]
       std::memcpy(&pair, sd[r] + 2 * c, sizeof(pair));
       const __m512 scale = _mm512_permutexvar_ps(halves, _mm512_castpd_ps(_mm512_set1_pd(pair)));
-      if (slot == 0) acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[r][0]);
-      else acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[r][1]);
+      if (slot == 0)
+        acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[r][0]);
+      else
+        acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[r][1]);
     }
   };
   // Two chunks (128 codes, one 512-bit load) at a time: low nibbles of both give blocks 2c and
@@ -299,7 +312,7 @@ inline void int4_rows_q8_avx512(const Int4Weights& w, Index n0, const Int4Q8Inpu
   const __m512i hi_blocks = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
   const auto pair = [&](Index c) {
     const __m512i qlo = _mm512_loadu_si512(in.q + c * 64), qhi = _mm512_loadu_si512(in.q + c * 64 + 64);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512i packed = _mm512_loadu_si512(codes[r] + c * 32);
       const __m512i lo = _mm512_and_si512(packed, lo4x2), hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), lo4x2);
@@ -312,7 +325,7 @@ inline void int4_rows_q8_avx512(const Int4Weights& w, Index n0, const Int4Q8Inpu
   Index c = 0;
   for (; c + 2 <= chunks; c += 2) pair(c);
   if (c < chunks) chunk(c, 0);  // an odd last chunk keeps the plain order
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
     main[r] = _mm512_reduce_add_ps(
         _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), int4_zero_term_avx512(s.zeros(r), in.dq_group, s.groups)));
@@ -370,8 +383,8 @@ inline float int4_row_q8_scalar(const Int4Weights& w, Index n, const Int4Q8Input
 
 /// int8-activation products of rows [n0, n0 + rows) (rows <= kInt4Rows) into y[0..rows).
 /// Not inlined (see int4_rows_float).
-[[gnu::noinline]] inline void int4_rows_q8(QuantKernel k, const Int4Weights& w, Index n0, int rows, const Int4Q8Input& in, Int4Scratch& s,
-                         float* y) {
+[[gnu::noinline]] inline void int4_rows_q8(QuantKernel k, const Int4Weights& w, Index n0, int rows,
+                                           const Int4Q8Input& in, Int4Scratch& s, float* y) {
   s.load(w, n0, rows);
   const Index blocks = w.padded_cols() / kQ8Block;
   const bool g32 = w.spec().group_size == 32;
@@ -392,10 +405,18 @@ inline float int4_row_q8_scalar(const Int4Weights& w, Index n, const Int4Q8Input
 #if defined(INFERKIT_QUANT_AVX512VNNI)
   if (k == QuantKernel::kAvx512Vnni) {
     switch (rows) {
-      case 1: int4_rows_q8_avx512<1>(w, n0, in, s, main); break;
-      case 2: int4_rows_q8_avx512<2>(w, n0, in, s, main); break;
-      case 3: int4_rows_q8_avx512<3>(w, n0, in, s, main); break;
-      default: int4_rows_q8_avx512<4>(w, n0, in, s, main); break;
+      case 1:
+        int4_rows_q8_avx512<1>(w, n0, in, s, main);
+        break;
+      case 2:
+        int4_rows_q8_avx512<2>(w, n0, in, s, main);
+        break;
+      case 3:
+        int4_rows_q8_avx512<3>(w, n0, in, s, main);
+        break;
+      default:
+        int4_rows_q8_avx512<4>(w, n0, in, s, main);
+        break;
     }
     for (int r = 0; r < rows; ++r) y[r] = main[r];  // the zero term is inside
     return;

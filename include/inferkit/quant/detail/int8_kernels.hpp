@@ -83,35 +83,35 @@ template <int MR, int NR>
 inline void w8a8_tile_vnni_impl(const Int8Weights& w, const W8A8Tile& t) {
   const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
   const std::int8_t* wp[NR];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) wp[j] = w.panel(t.p0 + j);
   const std::int8_t* xr[MR];
   __m512i acc[MR][NR];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     xr[r] = t.x[r];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_si512();
   }
   for (Index q = 0; q < quads; ++q) {
     __m512i wv[NR];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) wv[j] = _mm512_loadu_si512(wp[j] + q * 64);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512i xb = _mm512_set1_epi32(load_i32(xr[r] + q * 4));
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[r][j] = dpbusd(acc[r][j], xb, wv[j]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) {
     const Index n0 = (t.p0 + j) * Int8Weights::kPanel;
     const __m512i off = _mm512_slli_epi32(_mm512_loadu_si512(w.code_sums() + n0), 7);  // 128 * sum(code_w)
     const __m512 ws = _mm512_loadu_ps(w.scales() + n0);
     const Index left = n_out - n0;
     const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], off));
       _mm512_mask_storeu_ps(t.y[r] + n0, m, _mm512_mul_ps(v, _mm512_mul_ps(_mm512_set1_ps(t.x_scale[r]), ws)));
@@ -122,21 +122,31 @@ inline void w8a8_tile_vnni_impl(const Int8Weights& w, const W8A8Tile& t) {
 template <int MR>
 inline void w8a8_tile_vnni_rows(const Int8Weights& w, const W8A8Tile& t) {
   switch (t.np) {
-    case 1: return w8a8_tile_vnni_impl<MR, 1>(w, t);
-    case 2: return w8a8_tile_vnni_impl<MR, 2>(w, t);
-    case 3: return w8a8_tile_vnni_impl<MR, 3>(w, t);
-    default: return w8a8_tile_vnni_impl<MR, kW8A8TilePanels>(w, t);
+    case 1:
+      return w8a8_tile_vnni_impl<MR, 1>(w, t);
+    case 2:
+      return w8a8_tile_vnni_impl<MR, 2>(w, t);
+    case 3:
+      return w8a8_tile_vnni_impl<MR, 3>(w, t);
+    default:
+      return w8a8_tile_vnni_impl<MR, kW8A8TilePanels>(w, t);
   }
 }
 
 inline void w8a8_tile_vnni(const Int8Weights& w, const W8A8Tile& t) {
   switch (t.rows) {
-    case 1: return w8a8_tile_vnni_rows<1>(w, t);
-    case 2: return w8a8_tile_vnni_rows<2>(w, t);
-    case 3: return w8a8_tile_vnni_rows<3>(w, t);
-    case 4: return w8a8_tile_vnni_rows<4>(w, t);
-    case 5: return w8a8_tile_vnni_rows<5>(w, t);
-    default: return w8a8_tile_vnni_rows<6>(w, t);
+    case 1:
+      return w8a8_tile_vnni_rows<1>(w, t);
+    case 2:
+      return w8a8_tile_vnni_rows<2>(w, t);
+    case 3:
+      return w8a8_tile_vnni_rows<3>(w, t);
+    case 4:
+      return w8a8_tile_vnni_rows<4>(w, t);
+    case 5:
+      return w8a8_tile_vnni_rows<5>(w, t);
+    default:
+      return w8a8_tile_vnni_rows<6>(w, t);
   }
 }
 #endif
@@ -150,24 +160,26 @@ inline void w8a8_tile_avx2_rows(const Int8Weights& w, const W8A8Tile& t) {
     const Index p = t.p0 + j, n0 = p * Int8Weights::kPanel;
     const std::int8_t* panel = w.panel(p);
     __m256i acc[MR][2];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (Index q = 0; q < quads; ++q) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * 64));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + q * 64 + 32));
       const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const __m256i xb = _mm256_set1_epi32(load_i32(t.x[r] + q * 4));
-        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0)), ones));
-        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1)), ones));
+        acc[r][0] =
+            _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0)), ones));
+        acc[r][1] =
+            _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1)), ones));
       }
     }
     for (int h = 0; h < 2; ++h) {
       const Index c0 = n0 + 8 * h;
       if (c0 >= n_out) break;
       const __m256 ws = _mm256_loadu_ps(w.scales() + c0);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), _mm256_mul_ps(_mm256_set1_ps(t.x_scale[r]), ws));
         if (n_out - c0 >= 8) {
@@ -184,10 +196,14 @@ inline void w8a8_tile_avx2_rows(const Int8Weights& w, const W8A8Tile& t) {
 
 inline void w8a8_tile_avx2(const Int8Weights& w, const W8A8Tile& t) {
   switch (t.rows) {
-    case 1: return w8a8_tile_avx2_rows<1>(w, t);
-    case 2: return w8a8_tile_avx2_rows<2>(w, t);
-    case 3: return w8a8_tile_avx2_rows<3>(w, t);
-    default: return w8a8_tile_avx2_rows<4>(w, t);
+    case 1:
+      return w8a8_tile_avx2_rows<1>(w, t);
+    case 2:
+      return w8a8_tile_avx2_rows<2>(w, t);
+    case 3:
+      return w8a8_tile_avx2_rows<3>(w, t);
+    default:
+      return w8a8_tile_avx2_rows<4>(w, t);
   }
 }
 #endif
@@ -222,27 +238,30 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
   // add turns the four accumulators of a panel into its 16 channel sums.
   const std::int8_t* panel[NP];
   __m512 acc[NP][4];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NP; ++j) {
     panel[j] = w.panel(p0 + j);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int s = 0; s < 4; ++s) acc[j][s] = _mm512_setzero_ps();
   }
   for (Index q = 0; q < quads; ++q) {
     const __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(x + q * 4));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NP; ++j)
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int s = 0; s < 4; ++s) {
-        const __m512i c = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel[j] + q * 64 + s * 16)));
+        const __m512i c =
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(panel[j] + q * 64 + s * 16)));
         acc[j][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), xv, acc[j][s]);
       }
   }
   const __m512i to_channels = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int j = 0; j < NP; ++j) {
-    const __m512 u01 = _mm512_add_ps(_mm512_unpacklo_ps(acc[j][0], acc[j][1]), _mm512_unpackhi_ps(acc[j][0], acc[j][1]));
-    const __m512 u23 = _mm512_add_ps(_mm512_unpacklo_ps(acc[j][2], acc[j][3]), _mm512_unpackhi_ps(acc[j][2], acc[j][3]));
+    const __m512 u01 =
+        _mm512_add_ps(_mm512_unpacklo_ps(acc[j][0], acc[j][1]), _mm512_unpackhi_ps(acc[j][0], acc[j][1]));
+    const __m512 u23 =
+        _mm512_add_ps(_mm512_unpacklo_ps(acc[j][2], acc[j][3]), _mm512_unpackhi_ps(acc[j][2], acc[j][3]));
     const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u01, u23, _MM_SHUFFLE(1, 0, 1, 0)),
                                    _mm512_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 2, 3, 2)));
     const __m512 sums = _mm512_permutexvar_ps(to_channels, v);
@@ -256,16 +275,20 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
 /// Panels [p0, p0 + np) (np <= 4) of the float-activation product; `x` holds padded_cols
 /// floats (zero padded). Writes y[16 p + c] for channels below rows(). Not inlined (see
 /// w8a8_tile).
-[[gnu::noinline]] inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float* x, Index p0, Index np,
-                                                  float* y) {
+[[gnu::noinline]] inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float* x, Index p0,
+                                                 Index np, float* y) {
   const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
 #if defined(INFERKIT_QUANT_AVX512VNNI)
   if (k == QuantKernel::kAvx512Vnni) {
     switch (np) {
-      case 1: return int8_matvec_panels_avx512<1>(w, x, p0, y);
-      case 2: return int8_matvec_panels_avx512<2>(w, x, p0, y);
-      case 3: return int8_matvec_panels_avx512<3>(w, x, p0, y);
-      default: return int8_matvec_panels_avx512<4>(w, x, p0, y);
+      case 1:
+        return int8_matvec_panels_avx512<1>(w, x, p0, y);
+      case 2:
+        return int8_matvec_panels_avx512<2>(w, x, p0, y);
+      case 3:
+        return int8_matvec_panels_avx512<3>(w, x, p0, y);
+      default:
+        return int8_matvec_panels_avx512<4>(w, x, p0, y);
     }
   }
 #endif
@@ -278,19 +301,21 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
       for (auto& a : acc) a = _mm256_setzero_ps();
       for (Index q = 0; q < quads; ++q) {
         const __m256 xv = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + q * 4));
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int s = 0; s < 8; ++s) {
-          const __m256i c = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(panel + q * 64 + s * 8)));
+          const __m256i c =
+              _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(panel + q * 64 + s * 8)));
           acc[s] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), xv, acc[s]);
         }
       }
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
         alignas(32) float lanes[8];
         _mm256_store_ps(lanes, acc[s]);
         for (int h = 0; h < 2; ++h) {
           const Index n = p * 16 + 2 * s + h;
-          if (n < n_out) y[n] = ((lanes[4 * h] + lanes[4 * h + 1]) + (lanes[4 * h + 2] + lanes[4 * h + 3])) * w.scale(n);
+          if (n < n_out)
+            y[n] = ((lanes[4 * h] + lanes[4 * h + 1]) + (lanes[4 * h + 2] + lanes[4 * h + 3])) * w.scale(n);
         }
       }
     }
@@ -303,7 +328,8 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
     for (Index c = 0; c < Int8Weights::kPanel && p * 16 + c < n_out; ++c) {
       float acc = 0.0f;
       for (Index q = 0; q < quads; ++q)
-        for (Index i = 0; i < Int8Weights::kQuad; ++i) acc += static_cast<float>(panel[q * 64 + c * 4 + i]) * x[q * 4 + i];
+        for (Index i = 0; i < Int8Weights::kQuad; ++i)
+          acc += static_cast<float>(panel[q * 64 + c * 4 + i]) * x[q * 4 + i];
       y[p * 16 + c] = acc * w.scale(p * 16 + c);
     }
   }
@@ -313,8 +339,8 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
 /// order (the LLM.int8() fp32 part of the channels [n0, n1)): one fused multiply-add per term
 /// where the build has FMA (explicitly, not left to the optimizer's contraction), else a
 /// multiply and an add. Not inlined (see w8a8_tile).
-[[gnu::noinline]] inline void add_outlier_part(MatrixView<float> y, const float* xo, const float* wo, Index n_outliers, Index n_out,
-                                               Index n0, Index n1) {
+[[gnu::noinline]] inline void add_outlier_part(MatrixView<float> y, const float* xo, const float* wo, Index n_outliers,
+                                               Index n_out, Index n0, Index n1) {
   for (Index m = 0; m < y.rows(); ++m)
     for (Index j = 0; j < n_outliers; ++j) {
       const float a = xo[m * n_outliers + j];

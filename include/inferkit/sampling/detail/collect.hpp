@@ -4,8 +4,8 @@
 // a register, then a full store), so the cost is one compare and one store per vector however
 // many pass; elsewhere a SIMD any() skips vectors where nothing passes.
 
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -33,8 +33,8 @@ inline __mmask16 in_range_mask(__m512 v, __m512 lo, __m512 hi, bool bounded = tr
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
-inline bool collect_ids_up_to(std::span<const float> x, float lo, float hi, std::vector<TokenId>& out,
-                              std::size_t limit) {
+inline bool
+collect_ids_up_to(std::span<const float> x, float lo, float hi, std::vector<TokenId>& out, std::size_t limit) {
   const std::size_t n = x.size();
   std::size_t i = 0;
 #if defined(__AVX512F__)

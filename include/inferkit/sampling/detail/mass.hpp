@@ -107,7 +107,8 @@ CandidateMass candidate_mass_impl(const Candidates& c, float max) {
 /// candidate_mass_impl with the entropy term and the count chosen at run time (`count` is
 /// meaningful only when asked for: the dense AVX-512 pass leaves it out otherwise).
 inline CandidateMass candidate_mass(const Candidates& c, float max, bool with_entropy, bool with_count = true) {
-  if (with_entropy) return with_count ? candidate_mass_impl<true, true>(c, max) : candidate_mass_impl<true, false>(c, max);
+  if (with_entropy)
+    return with_count ? candidate_mass_impl<true, true>(c, max) : candidate_mass_impl<true, false>(c, max);
   return with_count ? candidate_mass_impl<false, true>(c, max) : candidate_mass_impl<false, false>(c, max);
 }
 

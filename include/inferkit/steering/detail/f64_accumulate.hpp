@@ -43,7 +43,8 @@ class F64Lanes {
       const __m512 xv = x, yv = y;
       __m512d& lo = r_[2 * half];
       __m512d& hi = r_[2 * half + 1];
-      lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(xv)), _mm512_cvtps_pd(_mm512_castps512_ps256(yv)), lo);
+      lo =
+          _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(xv)), _mm512_cvtps_pd(_mm512_castps512_ps256(yv)), lo);
       hi = _mm512_fmadd_pd(_mm512_cvtps_pd(upper256(xv)), _mm512_cvtps_pd(upper256(yv)), hi);
       return;
     }
@@ -52,8 +53,10 @@ class F64Lanes {
       const __m256 xv = x, yv = y;
       __m256d& lo = r_[2 * half];
       __m256d& hi = r_[2 * half + 1];
-      lo = _mm256_add_pd(lo, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(xv)), _mm256_cvtps_pd(_mm256_castps256_ps128(yv))));
-      hi = _mm256_add_pd(hi, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(yv, 1))));
+      lo = _mm256_add_pd(
+          lo, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(xv)), _mm256_cvtps_pd(_mm256_castps256_ps128(yv))));
+      hi = _mm256_add_pd(hi, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(xv, 1)),
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(yv, 1))));
       return;
     }
 #elif defined(INFERKIT_STEERING_F64_SSE2)
@@ -71,7 +74,8 @@ class F64Lanes {
     simd::store(xs, x);
     simd::store(ys, y);
     for (std::size_t k = 0; k < simd::kWidth; ++k)
-      lanes_[static_cast<std::size_t>(half) * simd::kWidth + k] += static_cast<double>(xs[k]) * static_cast<double>(ys[k]);
+      lanes_[static_cast<std::size_t>(half) * simd::kWidth + k] +=
+          static_cast<double>(xs[k]) * static_cast<double>(ys[k]);
   }
 
   /// The lanes summed pairwise.
@@ -122,8 +126,10 @@ inline void for_each_vector(std::size_t n, F&& f) {
 inline double dot_f64(const float* a, const float* b, std::size_t n) {
   F64Lanes acc;
   for_each_vector(n, [&](std::size_t i, std::size_t m, int half) {
-    if (m == simd::kWidth) acc.add_products(simd::load(a + i), simd::load(b + i), half);
-    else acc.add_products(simd::load_partial(a + i, m, 0.0f), simd::load_partial(b + i, m, 0.0f), half);
+    if (m == simd::kWidth)
+      acc.add_products(simd::load(a + i), simd::load(b + i), half);
+    else
+      acc.add_products(simd::load_partial(a + i, m, 0.0f), simd::load_partial(b + i, m, 0.0f), half);
   });
   return acc.total();
 }
