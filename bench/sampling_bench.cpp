@@ -21,18 +21,24 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <vector>
 
 #include "bench_util.hpp"
+#include "inferkit/sampling/bad_words.hpp"
+#include "inferkit/sampling/begin_suppress_tokens.hpp"
 #include "inferkit/sampling/categorical.hpp"
 #include "inferkit/sampling/dry.hpp"
 #include "inferkit/sampling/dynamic_temperature.hpp"
-#include "inferkit/sampling/epsilon_eta.hpp"
-#include "inferkit/sampling/length_rules.hpp"
+#include "inferkit/sampling/epsilon_cutoff.hpp"
+#include "inferkit/sampling/eta_cutoff.hpp"
+#include "inferkit/sampling/exponential_decay_length_penalty.hpp"
+#include "inferkit/sampling/min_new_tokens.hpp"
 #include "inferkit/sampling/min_p.hpp"
 #include "inferkit/sampling/mirostat.hpp"
+#include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/reference.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 #include "inferkit/sampling/sequence_bias.hpp"
@@ -112,7 +118,7 @@ void BM_minp_naive(benchmark::State& s) {
 }
 
 void BM_chain_inferkit(benchmark::State& s) {
-  const auto chain = inferkit::SamplerChain::inferkit_default(chain_params());
+  const auto chain = inferkit::presets::huggingface(chain_params());
   const auto history = history_of(static_cast<std::size_t>(s.range(0)));
   const inferkit::CounterRng rng(1);
   run(s, [&](auto& x, std::uint64_t i) { benchmark::DoNotOptimize(chain.sample(x, history, rng, i)); });
@@ -323,7 +329,7 @@ inferkit::SamplingParams llama_chain_params() {
   return p;
 }
 void BM_llamachain_inferkit(benchmark::State& s) {
-  const auto chain = inferkit::SamplerChain::llama_cpp(llama_chain_params());
+  const auto chain = inferkit::presets::llama_cpp(llama_chain_params());
   const auto h = phrase_history(static_cast<std::size_t>(s.range(0)));
   const inferkit::CounterRng rng(1);
   run(s, [&](auto& x, std::uint64_t i) { benchmark::DoNotOptimize(chain.sample(x, h, rng, i)); });

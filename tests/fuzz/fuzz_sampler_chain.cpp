@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fuzz_util.hpp"
+#include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 
 using inferkit::Index;
@@ -73,7 +74,7 @@ inferkit::SamplingParams any_params(FuzzedDataProvider& in, Index vocab) {
   if (maybe()) p.mirostat_eta = param(in, 0.0f, 1.0f);
   if (maybe()) p.epsilon_cutoff = param(in, 0.0f, 0.5f);
   if (maybe()) p.eta_cutoff = param(in, 0.0f, 0.5f);
-  if (maybe()) p.eos_tokens = any_tokens(in, vocab, 2);
+  if (maybe()) p.eos_token_ids = any_tokens(in, vocab, 2);
   if (maybe()) p.min_new_tokens = any_count(in);
   if (maybe()) p.exponential_decay_start = any_count(in);
   if (maybe()) p.exponential_decay_factor = param(in, 1.0f, 2.0f);
@@ -86,9 +87,9 @@ inferkit::SamplingParams any_params(FuzzedDataProvider& in, Index vocab) {
 inferkit::SamplerChain any_chain(FuzzedDataProvider& in, Index vocab) {
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
     case 0:
-      return inferkit::SamplerChain::inferkit_default(any_params(in, vocab));
+      return inferkit::presets::huggingface(any_params(in, vocab));
     case 1:
-      return inferkit::SamplerChain::llama_cpp(any_params(in, vocab));
+      return inferkit::presets::llama_cpp(any_params(in, vocab));
     default:
       break;
   }

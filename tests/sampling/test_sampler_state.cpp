@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 #include "inferkit/sampling/typical.hpp"
 
@@ -70,7 +71,7 @@ TEST_CASE("presets place the new rules where their home projects do", "[sampling
   p.dynatemp_range = 0.5f;
   p.sequence_bias = {{{1, 2}, -1.0f}};
   p.bad_words = {{7}};
-  p.eos_tokens = {2};
+  p.eos_token_ids = {2};
   p.min_new_tokens = 4;
   p.exponential_decay_start = 10;
   p.exponential_decay_factor = 1.05f;
@@ -79,35 +80,34 @@ TEST_CASE("presets place the new rules where their home projects do", "[sampling
       "sequence_bias(1) -> repetition_penalty(1.1, 64) -> frequency_presence_penalty(0.2, 0.1, 64) -> dry(0.8, 1.75, "
       "2, -1) "
       "-> bad_words(1) -> min_new_tokens(4) -> exponential_decay_length_penalty(10, 1.05) -> begin_suppress_tokens(1)";
-  CHECK(inferkit::SamplerChain::inferkit_default(p).describe() ==
+  CHECK(inferkit::presets::huggingface(p).describe() ==
         hf_front +
             " -> dynamic_temperature(0.8, 0.5, 1) -> top_n_sigma(2.5) -> top_k(40) -> top_p(0.95) -> min_p(0.05) -> "
             "typical_p(0.97) -> epsilon_cutoff(0.0003) -> eta_cutoff(0.002) -> xtc(0.05, 1) -> draw");
-  CHECK(inferkit::SamplerChain::huggingface(p).describe() == inferkit::SamplerChain::inferkit_default(p).describe());
-  CHECK(inferkit::SamplerChain::llama_cpp(p).describe() ==
+  CHECK(inferkit::presets::llama_cpp(p).describe() ==
         "sequence_bias(1) -> bad_words(1) -> min_new_tokens(4) -> exponential_decay_length_penalty(10, 1.05) -> "
         "begin_suppress_tokens(1) -> repetition_penalty(1.1, 64) -> frequency_presence_penalty(0.2, 0.1, 64) -> "
         "dry(0.8, 1.75, 2, -1) -> top_n_sigma(2.5) -> top_k(40) -> typical_p(0.97) -> top_p(0.95) -> min_p(0.05) -> "
         "epsilon_cutoff(0.0003) -> eta_cutoff(0.002) -> xtc(0.05, 1) -> dynamic_temperature(0.8, 0.5, 1) -> draw");
   // Mirostat replaces the truncations (and, in llama.cpp's order, the penalties and DRY).
   p.mirostat = 2;
-  CHECK(inferkit::SamplerChain::inferkit_default(p).describe() ==
+  CHECK(inferkit::presets::huggingface(p).describe() ==
         hf_front + " -> temperature(0.8) -> mirostat_v2(5, 0.1) -> draw");
-  CHECK(inferkit::SamplerChain::llama_cpp(p).describe() ==
+  CHECK(inferkit::presets::llama_cpp(p).describe() ==
         "sequence_bias(1) -> bad_words(1) -> min_new_tokens(4) -> exponential_decay_length_penalty(10, 1.05) -> "
         "begin_suppress_tokens(1) -> temperature(0.8) -> mirostat_v2(5, 0.1) -> draw");
   p.mirostat = 1;
-  CHECK(inferkit::SamplerChain::llama_cpp({.temperature = 0.7f, .mirostat = 1}).describe() ==
+  CHECK(inferkit::presets::llama_cpp({.temperature = 0.7f, .mirostat = 1}).describe() ==
         "temperature(0.7) -> mirostat_v1(5, 0.1, 100) -> draw");
   // top_p = 0 is accepted; bad preset values name their parameter.
-  CHECK(inferkit::SamplerChain::llama_cpp({.top_p = 0.0f}).describe() == "top_p(0) -> draw");
-  CHECK_THROWS_WITH(inferkit::SamplerChain::llama_cpp({.mirostat = 3}), Contains("mirostat = 3"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::llama_cpp({.mirostat_tau = -5.0f}), Contains("mirostat_tau = -5"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.epsilon_cutoff = 1.0f}), Contains("epsilon_cutoff = 1"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.penalty_last_n = -3}), Contains("penalty_last_n = -3"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.dry_base = 0.5f}), Contains("dry_base = 0.5"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.xtc_threshold = 2.0f}), Contains("xtc_threshold = 2"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.min_new_tokens = 3}), Contains("eos_tokens.size()"));
+  CHECK(inferkit::presets::llama_cpp({.top_p = 0.0f}).describe() == "top_p(0) -> draw");
+  CHECK_THROWS_WITH(inferkit::presets::llama_cpp({.mirostat = 3}), Contains("mirostat = 3"));
+  CHECK_THROWS_WITH(inferkit::presets::llama_cpp({.mirostat_tau = -5.0f}), Contains("mirostat_tau = -5"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.epsilon_cutoff = 1.0f}), Contains("epsilon_cutoff = 1"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.penalty_last_n = -3}), Contains("penalty_last_n = -3"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.dry_base = 0.5f}), Contains("dry_base = 0.5"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.xtc_threshold = 2.0f}), Contains("xtc_threshold = 2"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.min_new_tokens = 3}), Contains("eos_token_ids.size()"));
   CHECK_THROWS_WITH(inferkit::SamplerChain().add(inferkit::Mirostat{}).add(inferkit::Mirostat{}), Contains("mirostat"));
   CHECK_THROWS_WITH(inferkit::SamplerChain().add(inferkit::Xtc{}).add(inferkit::Xtc{}), Contains("xtc"));
 }
@@ -115,7 +115,7 @@ TEST_CASE("presets place the new rules where their home projects do", "[sampling
 TEST_CASE("the full chain equals its stages applied one by one, then the reference draw", "[sampling][chain]") {
   const auto p = full_params();
   const inferkit::CounterRng rng(42, 5);
-  for (const auto& chain : {inferkit::SamplerChain::inferkit_default(p), inferkit::SamplerChain::llama_cpp(p)})
+  for (const auto& chain : {inferkit::presets::huggingface(p), inferkit::presets::llama_cpp(p)})
     for (std::size_t n : {60u, 32000u, 128256u})
       for (unsigned trial = 0; trial < 4; ++trial) {
         INFO(chain.describe() << ", V = " << n << ", trial " << trial);
@@ -165,8 +165,8 @@ TEST_CASE("stateful chains need a state; a stateless call says so", "[sampling][
 }
 
 TEST_CASE("min_new_tokens and begin-suppress count accepted tokens through the state", "[sampling][chain][state]") {
-  const auto chain = inferkit::SamplerChain::inferkit_default(
-      {.temperature = 0.0f, .eos_tokens = {0}, .min_new_tokens = 3, .begin_suppress_tokens = {1}});
+  const auto chain = inferkit::presets::huggingface(
+      {.temperature = 0.0f, .eos_token_ids = {0}, .min_new_tokens = 3, .begin_suppress_tokens = {1}});
   auto state = chain.make_state();
   std::vector<TokenId> out;
   const inferkit::CounterRng rng(3);
@@ -235,8 +235,8 @@ TEST_CASE("Mirostat's controller holds the observed surprise near tau", "[sampli
 }
 
 TEST_CASE("a state copies (beam forks, rollback) and serializes exactly", "[sampling][chain][state]") {
-  const auto chain = inferkit::SamplerChain::llama_cpp(
-      {.temperature = 0.9f, .mirostat = 2, .mirostat_tau = 4.0f, .eos_tokens = {0}, .min_new_tokens = 2});
+  const auto chain = inferkit::presets::llama_cpp(
+      {.temperature = 0.9f, .mirostat = 2, .mirostat_tau = 4.0f, .eos_token_ids = {0}, .min_new_tokens = 2});
   auto state = chain.make_state();
   const inferkit::CounterRng rng(5);
   std::vector<TokenId> out;
@@ -300,9 +300,9 @@ TEST_CASE("batched stateful sampling does not depend on the thread count", "[sam
   auto p = full_params();
   p.dynatemp_range = 0.4f;
   p.min_new_tokens = 1;
-  p.eos_tokens = {0};
-  for (const auto& chain : {inferkit::SamplerChain::llama_cpp(p),
-                            inferkit::SamplerChain::llama_cpp({.temperature = 0.8f, .mirostat = 2})}) {
+  p.eos_token_ids = {0};
+  for (const auto& chain :
+       {inferkit::presets::llama_cpp(p), inferkit::presets::llama_cpp({.temperature = 0.8f, .mirostat = 2})}) {
     const Index rows = 12, vocab = 4000;
     const auto base = test::random_logits(static_cast<std::size_t>(rows * vocab), 31, 2.0f);
     std::vector<std::vector<TokenId>> hist;
