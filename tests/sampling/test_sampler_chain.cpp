@@ -121,3 +121,22 @@ TEST_CASE("a chain that filters every token reports it", "[sampling][chain][erro
   std::vector<float> x{1.0f, 2.0f, 3.0f};
   CHECK_THROWS_WITH(chain.sample(x, {}, inferkit::CounterRng(1), 0), Contains("filtered"));
 }
+
+TEST_CASE("the chain's errors name the stages and the bad thread count", "[sampling][chain][errors]") {
+  std::vector<float> x(10, 0.0f);
+  const inferkit::CounterRng rng(1);
+  auto counting = inferkit::SamplerChain().add(inferkit::TopK{3}).add(inferkit::MinNewTokens{2, {0}});
+  CHECK_THROWS_WITH(counting.sample(x, {}, rng, 0), Contains("stateful stages (min_new_tokens)"));
+  auto xtc = inferkit::SamplerChain().add(inferkit::TopK{3}).add(inferkit::Xtc{0.1f, 0.5f});
+  CHECK_THROWS_WITH(xtc.apply(x, {}), Contains("the xtc stage reads the request's random stream"));
+  const auto chain = inferkit::presets::huggingface(chain_params());
+  std::vector<float> rows(20, 0.0f);
+  std::vector<std::uint64_t> streams{1, 2};
+  std::vector<TokenId> out(2);
+  for (int bad : {-1, inferkit::kMaxThreads + 1, 65535})
+    CHECK_THROWS_WITH(chain.sample_batch({rows.data(), 2, 10}, {}, 9, streams, 0, out, bad),
+                      Contains("num_threads = " + std::to_string(bad)));
+  // The bound itself is accepted (one row: the loop runs serially, no thread is started).
+  CHECK_NOTHROW(chain.sample_batch({rows.data(), 1, 10}, {}, 9, std::span(streams).first(1), 0, std::span(out).first(1),
+                                   inferkit::kMaxThreads));
+}

@@ -3,6 +3,7 @@
 // serialization), batched sampling across thread counts, and misuse.
 #include "sampling/sampling_test_util.hpp"
 
+#include <cstring>
 #include <random>
 
 #include "inferkit/sampling/presets.hpp"
@@ -333,4 +334,94 @@ TEST_CASE("batched stateful sampling does not depend on the thread count", "[sam
     }
     CHECK(solo == one[0]);
   }
+}
+
+namespace {
+// Little-endian bytes, written here independently of the state's serializer.
+void put(std::vector<std::uint8_t>& b, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+}  // namespace
+
+TEST_CASE("state bytes: version 1 stays readable, version 2 holds rule states as records", "[sampling][state]") {
+  using inferkit::SamplerState;
+  const auto chain = inferkit::SamplerChain().add(inferkit::Mirostat{2, 4.0f, 0.2f, 100});
+  auto state = chain.make_state(5);
+  std::vector<float> x = zipf(2000, 1.1);
+  const TokenId t = chain.sample(x, {}, state, inferkit::CounterRng(3), 0);
+  REQUIRE(state.pending_token() == t);
+  const float mu = state.mirostat_mu();
+
+  // Version 1 as the format was defined before rule states had records (28 bytes).
+  std::vector<std::uint8_t> v1{'I', 'K', 'S', 'S'};
+  put(v1, 1, 2);
+  put(v1, 3, 2);  // mu present, pending draw
+  put(v1, 5, 8);
+  put(v1, bits(7.25f), 4);
+  put(v1, 42, 4);
+  put(v1, bits(3.5f), 4);
+  const SamplerState read1 = SamplerState::from_bytes(v1);
+  CHECK(read1.generated() == 5);
+  CHECK(read1.mirostat_mu() == 7.25f);
+  CHECK(read1.pending_token() == 42);
+  CHECK(read1.to_bytes() == v1);  // a Mirostat state is still written as version 1
+  CHECK(state.to_bytes().size() == SamplerState::kSerializedSize);
+
+  // Version 2 of the same state: the fixed part, then one record (tag 1, 4 bytes, mu).
+  std::vector<std::uint8_t> v2{'I', 'K', 'S', 'S'};
+  put(v2, 2, 2);
+  put(v2, 1, 2);  // pending draw
+  put(v2, 5, 8);
+  put(v2, static_cast<std::uint32_t>(t), 4);
+  const auto ours = state.to_bytes(2);
+  REQUIRE(ours.size() == 26 + 6 + 4);
+  v2.insert(v2.end(), ours.begin() + 20, ours.begin() + 24);  // the surprise, as the chain computed it
+  put(v2, 1, 2);                                              // one record
+  put(v2, inferkit::MirostatState::kTag, 2);
+  put(v2, 4, 4);
+  put(v2, bits(mu), 4);
+  CHECK(ours == v2);
+  const SamplerState read2 = SamplerState::from_bytes(v2);
+  CHECK(read2 == state);
+  CHECK(read2.to_bytes() == state.to_bytes());
+  // Without rule states: no records.
+  const auto plain = inferkit::SamplerChain().add(inferkit::MinNewTokens{1, {0}}).make_state(9);
+  const auto plain2 = plain.to_bytes(2);
+  CHECK(plain2.size() == 26);
+  CHECK(SamplerState::from_bytes(plain2) == plain);
+  CHECK(SamplerState::from_bytes(plain.to_bytes()) == plain);
+
+  // Malformed version-2 bytes name what is wrong.
+  using Catch::Contains;
+  auto bad = v2;
+  bad.resize(30);
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("bytes record[0] header"));
+  bad = v2;
+  bad[28] = 5;  // payload size 5 > 4 bytes left
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("bytes record[0] size = 5"));
+  bad = v2;
+  bad[26] = 77;  // unknown tag
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("bytes record[0] tag = 77"));
+  bad = v2;
+  bad[24] = 2;  // two records, the second a copy of the first
+  bad.insert(bad.end(), v2.begin() + 26, v2.end());
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("appears twice"));
+  bad = v2;
+  bad.push_back(0);
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("bytes.size() = 37"));
+  bad = v2;
+  bad[6] = 2;  // version 2 has one flag
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("flags"));
+  bad = v2;
+  bad[28] = 3;  // a 3-byte Mirostat record
+  bad.pop_back();
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("mirostat record size = 3"));
+  CHECK_THROWS_WITH(SamplerState::from_bytes(std::vector<std::uint8_t>(v2.begin(), v2.begin() + 20)),
+                    Contains("bytes.size() = 20"));
+  CHECK_THROWS_WITH(state.to_bytes(3), Contains("version = 3"));
 }

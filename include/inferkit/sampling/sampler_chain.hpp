@@ -179,8 +179,9 @@ class SamplerChain {
   }
 
   /// Rows of a batch in parallel: row r uses CounterRng(seed, streams[r]) and histories[r]
-  /// (histories may be empty: no history for any row). The result does not depend on threads.
-  /// Throws std::invalid_argument for a stateful chain (use the overload taking states).
+  /// (histories may be empty: no history for any row). The result does not depend on
+  /// num_threads (0 = OpenMP's default, at most kMaxThreads). Throws std::invalid_argument for a
+  /// stateful chain (use the overload taking states).
   void sample_batch(MatrixView<float> logits, std::span<const std::span<const TokenId>> histories, std::uint64_t seed,
                     std::span<const std::uint64_t> streams, std::uint64_t draw_index, std::span<TokenId> out,
                     int num_threads = 0) const {
@@ -280,6 +281,7 @@ class SamplerChain {
   void batch(MatrixView<float> logits, std::span<const std::span<const TokenId>> histories,
              std::span<SamplerState> states, std::uint64_t seed, std::span<const std::uint64_t> streams,
              std::uint64_t draw_index, std::span<TokenId> out, int num_threads) const {
+    require_thread_count("num_threads", num_threads);
     (void)num_threads;  // unused without OpenMP
     const Index rows = logits.rows();
     require(histories.empty() || static_cast<Index>(histories.size()) == rows, "histories.size()", histories.size(),
