@@ -7,6 +7,10 @@
 //   topk40, topp095, minp005: the processor alone
 //   chain   repetition penalty 1.1 over 64 history tokens, temperature 0.8, top-k 40,
 //           top-p 0.95, min-p 0.05, and the draw
+//   chainstate  the same chain with Mirostat's state path: Hugging Face's preset with
+//           mirostat 2 (temperature 0.8, mirostat tau 5) through sample(.., state, ..) and
+//           accept(), the state kept from call to call (naive: the reference truncation for the
+//           same mu, the reference draw and the closed-form mu update)
 // Issue 20's rules, V = 128256 only (each alone, naive = its sort-based / quadratic reference):
 //   xtc     threshold 0.1, probability 1 (the coin always fires: the full cost)
 //   dry4096 multiplier 0.8, base 1.75, allowed 2 over a 4,096-token history of repeated phrases
@@ -21,18 +25,24 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <vector>
 
 #include "bench_util.hpp"
+#include "inferkit/sampling/bad_words.hpp"
+#include "inferkit/sampling/begin_suppress_tokens.hpp"
 #include "inferkit/sampling/categorical.hpp"
 #include "inferkit/sampling/dry.hpp"
 #include "inferkit/sampling/dynamic_temperature.hpp"
-#include "inferkit/sampling/epsilon_eta.hpp"
-#include "inferkit/sampling/length_rules.hpp"
+#include "inferkit/sampling/epsilon_cutoff.hpp"
+#include "inferkit/sampling/eta_cutoff.hpp"
+#include "inferkit/sampling/exponential_decay_length_penalty.hpp"
+#include "inferkit/sampling/min_new_tokens.hpp"
 #include "inferkit/sampling/min_p.hpp"
 #include "inferkit/sampling/mirostat.hpp"
+#include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/reference.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 #include "inferkit/sampling/sequence_bias.hpp"
@@ -112,7 +122,7 @@ void BM_minp_naive(benchmark::State& s) {
 }
 
 void BM_chain_inferkit(benchmark::State& s) {
-  const auto chain = inferkit::SamplerChain::inferkit_default(chain_params());
+  const auto chain = inferkit::presets::huggingface(chain_params());
   const auto history = history_of(static_cast<std::size_t>(s.range(0)));
   const inferkit::CounterRng rng(1);
   run(s, [&](auto& x, std::uint64_t i) { benchmark::DoNotOptimize(chain.sample(x, history, rng, i)); });
@@ -127,6 +137,43 @@ void BM_chain_naive(benchmark::State& s) {
     inferkit::reference::top_p(x, 0.95f);
     inferkit::reference::min_p(x, 0.05f);
     benchmark::DoNotOptimize(inferkit::reference::draw(x, rng.uniform_double(i)));
+  });
+}
+
+// The stateful path: a Mirostat chain sampled with its SamplerState and accept() every call.
+inferkit::SamplingParams mirostat_params() {
+  inferkit::SamplingParams p;
+  p.repetition_penalty = 1.1f;
+  p.temperature = 0.8f;
+  p.mirostat = 2;
+  return p;
+}
+void BM_chainstate_inferkit(benchmark::State& s) {
+  const auto chain = inferkit::presets::huggingface(mirostat_params());
+  const auto history = history_of(static_cast<std::size_t>(s.range(0)));
+  const inferkit::CounterRng rng(1);
+  auto state = chain.make_state();
+  run(s, [&](auto& x, std::uint64_t i) {
+    const TokenId t = chain.sample(x, history, state, rng, i);
+    chain.accept(state, t);
+    benchmark::DoNotOptimize(t);
+  });
+}
+void BM_chainstate_naive(benchmark::State& s) {
+  const auto history = history_of(static_cast<std::size_t>(s.range(0)));
+  const inferkit::CounterRng rng(1);
+  const inferkit::Mirostat m{2, 5.0f, 0.1f, 100};
+  float mu = 2.0f * m.tau;
+  run(s, [&](auto& x, std::uint64_t i) {
+    inferkit::apply_repetition_penalty(x, history, 1.1f);
+    inferkit::reference::temperature(x, 0.8f);
+    inferkit::reference::mirostat(x, m, mu);
+    const TokenId t = inferkit::reference::draw(x, rng.uniform_double(i));
+    double max = -INFINITY, z = 0.0;
+    for (float v : x) max = std::max(max, double(v));
+    for (float v : x) z += std::exp(double(v) - max);
+    mu = inferkit::mirostat_update(m, mu, -std::log2(std::exp(double(x[std::size_t(t)]) - max) / z));
+    benchmark::DoNotOptimize(t);
   });
 }
 
@@ -154,6 +201,8 @@ INFERKIT_SAMPLING_BENCH(BM_minp_inferkit, "inferkit", "minp005")
 INFERKIT_SAMPLING_BENCH(BM_minp_naive, "naive", "minp005")
 INFERKIT_SAMPLING_BENCH(BM_chain_inferkit, "inferkit", "chain")
 INFERKIT_SAMPLING_BENCH(BM_chain_naive, "naive", "chain")
+INFERKIT_SAMPLING_BENCH(BM_chainstate_inferkit, "inferkit", "chainstate")
+INFERKIT_SAMPLING_BENCH(BM_chainstate_naive, "naive", "chainstate")
 
 }  // namespace
 
@@ -323,7 +372,7 @@ inferkit::SamplingParams llama_chain_params() {
   return p;
 }
 void BM_llamachain_inferkit(benchmark::State& s) {
-  const auto chain = inferkit::SamplerChain::llama_cpp(llama_chain_params());
+  const auto chain = inferkit::presets::llama_cpp(llama_chain_params());
   const auto h = phrase_history(static_cast<std::size_t>(s.range(0)));
   const inferkit::CounterRng rng(1);
   run(s, [&](auto& x, std::uint64_t i) { benchmark::DoNotOptimize(chain.sample(x, h, rng, i)); });

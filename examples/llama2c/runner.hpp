@@ -42,7 +42,7 @@ inline TokenId naive_sample(std::span<float> logits, std::span<const TokenId> hi
 inline inferkit::SamplerChain make_chain(const SamplingConfig& s) {
   inferkit::SamplingParams p = s.params;
   p.penalty_last_n = std::max<Index>(s.repeat_last_n, 0);
-  return s.llama_cpp_order ? inferkit::SamplerChain::llama_cpp(p) : inferkit::SamplerChain::inferkit_default(p);
+  return s.llama_cpp_order ? inferkit::presets::llama_cpp(p) : inferkit::presets::huggingface(p);
 }
 
 /// The last `n` tokens of a history (the window the penalties see).
@@ -190,7 +190,7 @@ inline std::vector<TokenId> generate_beam(const Model& m, const std::vector<Toke
   inferkit::BeamSearchOptions opt;
   opt.num_beams = beams;
   opt.max_new_tokens = steps;
-  opt.eos_tokens = {kEos};
+  opt.eos_token_ids = {kEos};
   opt.length_penalty = length_penalty;
   if (mode == "hf")
     opt.length_penalty_mode = inferkit::LengthPenalty::kHuggingFace;

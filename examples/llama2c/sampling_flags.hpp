@@ -134,7 +134,7 @@ void apply_sampling_flags(const Flags& a, SamplingConfig& s) {
   }
   if (a.has("--begin-suppress"))
     p.begin_suppress_tokens = detail::id_list(a.str("--begin-suppress"), "--begin-suppress");
-  if (p.min_new_tokens > 0 || p.exponential_decay_factor != 1.0f || !p.bad_words.empty()) p.eos_tokens = {kEos};
+  if (p.min_new_tokens > 0 || p.exponential_decay_factor != 1.0f || !p.bad_words.empty()) p.eos_token_ids = {kEos};
 }
 
 }  // namespace llama2c

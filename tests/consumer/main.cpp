@@ -31,10 +31,9 @@ int main() {
   std::vector<float> logits{0.1f, 2.0f, -1.0f, 2.0f};
   const std::vector<inferkit::TokenId> history{3};
   auto greedy = logits;
-  const auto g =
-      inferkit::SamplerChain::inferkit_default({.temperature = 0.0f}).sample(greedy, {}, inferkit::CounterRng(1), 0);
+  const auto g = inferkit::presets::huggingface({.temperature = 0.0f}).sample(greedy, {}, inferkit::CounterRng(1), 0);
   ok = ok && g == 1;
-  const auto chain = inferkit::SamplerChain::inferkit_default({.temperature = 0.8f, .top_k = 40, .top_p = 0.95f});
+  const auto chain = inferkit::presets::huggingface({.temperature = 0.8f, .top_k = 40, .top_p = 0.95f});
   auto l1 = logits, l2 = logits;
   const auto t1 = chain.sample(l1, history, inferkit::CounterRng(42), 7);
   const auto t2 = chain.sample(l2, history, inferkit::CounterRng(42), 7);

@@ -54,7 +54,7 @@ TEST_CASE("llama2c: min_new_tokens holds EOS back through the generation state",
   s.params.sequence_bias = {{{llama2c::kEos}, 50.0f}};  // EOS would win every step
   const auto eager = llama2c::generate(m, {5, 9}, 8, s);
   CHECK(eager.front() == llama2c::kEos);
-  s.params.eos_tokens = {llama2c::kEos};
+  s.params.eos_token_ids = {llama2c::kEos};
   s.params.min_new_tokens = 5;
   const auto held = llama2c::generate(m, {5, 9}, 8, s);
   for (int i = 0; i < 5; ++i) CHECK(held[static_cast<std::size_t>(i)] != llama2c::kEos);

@@ -1,7 +1,7 @@
 // Fuzzes the sampler chain: random SamplingParams (often invalid) through both presets, or a
 // hand-built chain of random stages; logits with -inf / NaN / +inf entries; vocabularies of 1 to
 // 300k tokens; histories and token lists with out-of-range ids; SamplerState::from_bytes on
-// random bytes.
+// random bytes (versions 1 and 2).
 // Invariants when a draw succeeds: the token is in [0, vocab) and not filtered (its processed
 // logit is > -inf); the returned distribution sums to 1 and gives the token positive mass; the
 // draw is reproducible (same inputs, same token and distribution bits); sample_batch gives each
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fuzz_util.hpp"
+#include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 
 using inferkit::Index;
@@ -73,7 +74,7 @@ inferkit::SamplingParams any_params(FuzzedDataProvider& in, Index vocab) {
   if (maybe()) p.mirostat_eta = param(in, 0.0f, 1.0f);
   if (maybe()) p.epsilon_cutoff = param(in, 0.0f, 0.5f);
   if (maybe()) p.eta_cutoff = param(in, 0.0f, 0.5f);
-  if (maybe()) p.eos_tokens = any_tokens(in, vocab, 2);
+  if (maybe()) p.eos_token_ids = any_tokens(in, vocab, 2);
   if (maybe()) p.min_new_tokens = any_count(in);
   if (maybe()) p.exponential_decay_start = any_count(in);
   if (maybe()) p.exponential_decay_factor = param(in, 1.0f, 2.0f);
@@ -86,9 +87,9 @@ inferkit::SamplingParams any_params(FuzzedDataProvider& in, Index vocab) {
 inferkit::SamplerChain any_chain(FuzzedDataProvider& in, Index vocab) {
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
     case 0:
-      return inferkit::SamplerChain::inferkit_default(any_params(in, vocab));
+      return inferkit::presets::huggingface(any_params(in, vocab));
     case 1:
-      return inferkit::SamplerChain::llama_cpp(any_params(in, vocab));
+      return inferkit::presets::llama_cpp(any_params(in, vocab));
     default:
       break;
   }
@@ -154,8 +155,12 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
   {  // SamplerState::from_bytes on (mostly) random bytes; a valid state round-trips.
-    std::vector<std::uint8_t> b = in.ConsumeBytes<std::uint8_t>(in.ConsumeIntegralInRange<std::size_t>(0, 30));
+    std::vector<std::uint8_t> b = in.ConsumeBytes<std::uint8_t>(in.ConsumeIntegralInRange<std::size_t>(0, 64));
     if (b.size() >= 4 && in.ConsumeBool()) std::memcpy(b.data(), "IKSS", 4);
+    if (b.size() >= 6 && in.ConsumeBool()) {  // version 1 or 2 (2: records after 26 bytes)
+      b[4] = in.ConsumeBool() ? 1 : 2;
+      b[5] = 0;
+    }
     inferkit::SamplerState s;
     if (fuzz::ok([&] { s = inferkit::SamplerState::from_bytes(b); }))
       FUZZ_CHECK(inferkit::SamplerState::from_bytes(s.to_bytes()) == s);

@@ -1,8 +1,11 @@
 #include "sampling/sampling_test_util.hpp"
 
+#include "inferkit/sampling/allowed_tokens.hpp"
+#include "inferkit/sampling/banned_tokens.hpp"
+#include "inferkit/sampling/frequency_presence_penalty.hpp"
+#include "inferkit/sampling/logit_bias.hpp"
 #include "inferkit/sampling/no_repeat_ngram.hpp"
-#include "inferkit/sampling/penalties.hpp"
-#include "inferkit/sampling/token_masks.hpp"
+#include "inferkit/sampling/repetition_penalty.hpp"
 #include "inferkit/sampling/typical.hpp"
 
 using Catch::Contains;

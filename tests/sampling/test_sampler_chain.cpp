@@ -1,5 +1,6 @@
 #include "sampling/sampling_test_util.hpp"
 
+#include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 
 using Catch::Contains;
@@ -19,19 +20,18 @@ inferkit::SamplingParams chain_params() {
 
 TEST_CASE("presets describe the order they run", "[sampling][chain]") {
   const auto p = chain_params();
-  CHECK(inferkit::SamplerChain::inferkit_default(p).describe() ==
+  CHECK(inferkit::presets::huggingface(p).describe() ==
         "repetition_penalty(1.1) -> temperature(0.8) -> top_k(40) -> top_p(0.95) -> min_p(0.05) -> draw");
-  CHECK(inferkit::SamplerChain::huggingface(p).describe() == inferkit::SamplerChain::inferkit_default(p).describe());
-  CHECK(inferkit::SamplerChain::llama_cpp(p).describe() ==
+  CHECK(inferkit::presets::llama_cpp(p).describe() ==
         "repetition_penalty(1.1) -> top_k(40) -> top_p(0.95) -> min_p(0.05) -> temperature(0.8) -> draw");
-  CHECK(inferkit::SamplerChain::inferkit_default({}).describe() == "draw");
+  CHECK(inferkit::presets::huggingface({}).describe() == "draw");
   CHECK_THROWS_WITH(inferkit::SamplerChain().add(inferkit::TopP{2.0f}), Contains("top_p = 2"));
 }
 
 TEST_CASE("the chain equals its processors applied one by one, then the reference draw", "[sampling][chain]") {
   const auto p = chain_params();
   const inferkit::CounterRng rng(42, 7);
-  for (const auto& chain : {inferkit::SamplerChain::inferkit_default(p), inferkit::SamplerChain::llama_cpp(p)}) {
+  for (const auto& chain : {inferkit::presets::huggingface(p), inferkit::presets::llama_cpp(p)}) {
     for (std::size_t n : {50u, 32000u, 128256u}) {
       for (unsigned trial = 0; trial < 5; ++trial) {
         INFO(chain.describe() << ", V = " << n << ", trial " << trial);
@@ -70,7 +70,7 @@ TEST_CASE("temperature 0 in a chain is greedy", "[sampling][chain]") {
   p.temperature = 0.0f;
   auto x = test::random_logits(1000, 5, 3.0f, true);
   const TokenId best = inferkit::reference::ranked(x).front();
-  const auto chain = inferkit::SamplerChain::inferkit_default(p);
+  const auto chain = inferkit::presets::huggingface(p);
   for (std::uint64_t i = 0; i < 5; ++i) {
     auto y = x;
     CHECK(chain.sample(y, {}, inferkit::CounterRng(i), i) == best);
@@ -96,7 +96,7 @@ TEST_CASE("the draw follows the distribution (chi-square)", "[sampling][chain][s
 }
 
 TEST_CASE("same seed, same tokens, whatever the thread count", "[sampling][chain][threads]") {
-  const auto chain = inferkit::SamplerChain::inferkit_default(chain_params());
+  const auto chain = inferkit::presets::huggingface(chain_params());
   const inferkit::Index rows = 16, vocab = 5000;
   auto base = test::random_logits(static_cast<std::size_t>(rows * vocab), 77, 2.0f);
   std::vector<std::uint64_t> streams(rows);
@@ -120,4 +120,23 @@ TEST_CASE("a chain that filters every token reports it", "[sampling][chain][erro
   chain.add(inferkit::BannedTokens{{0, 1, 2}});
   std::vector<float> x{1.0f, 2.0f, 3.0f};
   CHECK_THROWS_WITH(chain.sample(x, {}, inferkit::CounterRng(1), 0), Contains("filtered"));
+}
+
+TEST_CASE("the chain's errors name the stages and the bad thread count", "[sampling][chain][errors]") {
+  std::vector<float> x(10, 0.0f);
+  const inferkit::CounterRng rng(1);
+  auto counting = inferkit::SamplerChain().add(inferkit::TopK{3}).add(inferkit::MinNewTokens{2, {0}});
+  CHECK_THROWS_WITH(counting.sample(x, {}, rng, 0), Contains("stateful stages (min_new_tokens)"));
+  auto xtc = inferkit::SamplerChain().add(inferkit::TopK{3}).add(inferkit::Xtc{0.1f, 0.5f});
+  CHECK_THROWS_WITH(xtc.apply(x, {}), Contains("the xtc stage reads the request's random stream"));
+  const auto chain = inferkit::presets::huggingface(chain_params());
+  std::vector<float> rows(20, 0.0f);
+  std::vector<std::uint64_t> streams{1, 2};
+  std::vector<TokenId> out(2);
+  for (int bad : {-1, inferkit::kMaxThreads + 1, 65535})
+    CHECK_THROWS_WITH(chain.sample_batch({rows.data(), 2, 10}, {}, 9, streams, 0, out, bad),
+                      Contains("num_threads = " + std::to_string(bad)));
+  // The bound itself is accepted (one row: the loop runs serially, no thread is started).
+  CHECK_NOTHROW(chain.sample_batch({rows.data(), 1, 10}, {}, 9, std::span(streams).first(1), 0, std::span(out).first(1),
+                                   inferkit::kMaxThreads));
 }

@@ -3,8 +3,10 @@
 // serialization), batched sampling across thread counts, and misuse.
 #include "sampling/sampling_test_util.hpp"
 
+#include <cstring>
 #include <random>
 
+#include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 #include "inferkit/sampling/typical.hpp"
 
@@ -70,7 +72,7 @@ TEST_CASE("presets place the new rules where their home projects do", "[sampling
   p.dynatemp_range = 0.5f;
   p.sequence_bias = {{{1, 2}, -1.0f}};
   p.bad_words = {{7}};
-  p.eos_tokens = {2};
+  p.eos_token_ids = {2};
   p.min_new_tokens = 4;
   p.exponential_decay_start = 10;
   p.exponential_decay_factor = 1.05f;
@@ -79,35 +81,34 @@ TEST_CASE("presets place the new rules where their home projects do", "[sampling
       "sequence_bias(1) -> repetition_penalty(1.1, 64) -> frequency_presence_penalty(0.2, 0.1, 64) -> dry(0.8, 1.75, "
       "2, -1) "
       "-> bad_words(1) -> min_new_tokens(4) -> exponential_decay_length_penalty(10, 1.05) -> begin_suppress_tokens(1)";
-  CHECK(inferkit::SamplerChain::inferkit_default(p).describe() ==
+  CHECK(inferkit::presets::huggingface(p).describe() ==
         hf_front +
             " -> dynamic_temperature(0.8, 0.5, 1) -> top_n_sigma(2.5) -> top_k(40) -> top_p(0.95) -> min_p(0.05) -> "
             "typical_p(0.97) -> epsilon_cutoff(0.0003) -> eta_cutoff(0.002) -> xtc(0.05, 1) -> draw");
-  CHECK(inferkit::SamplerChain::huggingface(p).describe() == inferkit::SamplerChain::inferkit_default(p).describe());
-  CHECK(inferkit::SamplerChain::llama_cpp(p).describe() ==
+  CHECK(inferkit::presets::llama_cpp(p).describe() ==
         "sequence_bias(1) -> bad_words(1) -> min_new_tokens(4) -> exponential_decay_length_penalty(10, 1.05) -> "
         "begin_suppress_tokens(1) -> repetition_penalty(1.1, 64) -> frequency_presence_penalty(0.2, 0.1, 64) -> "
         "dry(0.8, 1.75, 2, -1) -> top_n_sigma(2.5) -> top_k(40) -> typical_p(0.97) -> top_p(0.95) -> min_p(0.05) -> "
         "epsilon_cutoff(0.0003) -> eta_cutoff(0.002) -> xtc(0.05, 1) -> dynamic_temperature(0.8, 0.5, 1) -> draw");
   // Mirostat replaces the truncations (and, in llama.cpp's order, the penalties and DRY).
   p.mirostat = 2;
-  CHECK(inferkit::SamplerChain::inferkit_default(p).describe() ==
+  CHECK(inferkit::presets::huggingface(p).describe() ==
         hf_front + " -> temperature(0.8) -> mirostat_v2(5, 0.1) -> draw");
-  CHECK(inferkit::SamplerChain::llama_cpp(p).describe() ==
+  CHECK(inferkit::presets::llama_cpp(p).describe() ==
         "sequence_bias(1) -> bad_words(1) -> min_new_tokens(4) -> exponential_decay_length_penalty(10, 1.05) -> "
         "begin_suppress_tokens(1) -> temperature(0.8) -> mirostat_v2(5, 0.1) -> draw");
   p.mirostat = 1;
-  CHECK(inferkit::SamplerChain::llama_cpp({.temperature = 0.7f, .mirostat = 1}).describe() ==
+  CHECK(inferkit::presets::llama_cpp({.temperature = 0.7f, .mirostat = 1}).describe() ==
         "temperature(0.7) -> mirostat_v1(5, 0.1, 100) -> draw");
   // top_p = 0 is accepted; bad preset values name their parameter.
-  CHECK(inferkit::SamplerChain::llama_cpp({.top_p = 0.0f}).describe() == "top_p(0) -> draw");
-  CHECK_THROWS_WITH(inferkit::SamplerChain::llama_cpp({.mirostat = 3}), Contains("mirostat = 3"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::llama_cpp({.mirostat_tau = -5.0f}), Contains("mirostat_tau = -5"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.epsilon_cutoff = 1.0f}), Contains("epsilon_cutoff = 1"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.penalty_last_n = -3}), Contains("penalty_last_n = -3"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.dry_base = 0.5f}), Contains("dry_base = 0.5"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.xtc_threshold = 2.0f}), Contains("xtc_threshold = 2"));
-  CHECK_THROWS_WITH(inferkit::SamplerChain::inferkit_default({.min_new_tokens = 3}), Contains("eos_tokens.size()"));
+  CHECK(inferkit::presets::llama_cpp({.top_p = 0.0f}).describe() == "top_p(0) -> draw");
+  CHECK_THROWS_WITH(inferkit::presets::llama_cpp({.mirostat = 3}), Contains("mirostat = 3"));
+  CHECK_THROWS_WITH(inferkit::presets::llama_cpp({.mirostat_tau = -5.0f}), Contains("mirostat_tau = -5"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.epsilon_cutoff = 1.0f}), Contains("epsilon_cutoff = 1"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.penalty_last_n = -3}), Contains("penalty_last_n = -3"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.dry_base = 0.5f}), Contains("dry_base = 0.5"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.xtc_threshold = 2.0f}), Contains("xtc_threshold = 2"));
+  CHECK_THROWS_WITH(inferkit::presets::huggingface({.min_new_tokens = 3}), Contains("eos_token_ids.size()"));
   CHECK_THROWS_WITH(inferkit::SamplerChain().add(inferkit::Mirostat{}).add(inferkit::Mirostat{}), Contains("mirostat"));
   CHECK_THROWS_WITH(inferkit::SamplerChain().add(inferkit::Xtc{}).add(inferkit::Xtc{}), Contains("xtc"));
 }
@@ -115,7 +116,7 @@ TEST_CASE("presets place the new rules where their home projects do", "[sampling
 TEST_CASE("the full chain equals its stages applied one by one, then the reference draw", "[sampling][chain]") {
   const auto p = full_params();
   const inferkit::CounterRng rng(42, 5);
-  for (const auto& chain : {inferkit::SamplerChain::inferkit_default(p), inferkit::SamplerChain::llama_cpp(p)})
+  for (const auto& chain : {inferkit::presets::huggingface(p), inferkit::presets::llama_cpp(p)})
     for (std::size_t n : {60u, 32000u, 128256u})
       for (unsigned trial = 0; trial < 4; ++trial) {
         INFO(chain.describe() << ", V = " << n << ", trial " << trial);
@@ -165,8 +166,8 @@ TEST_CASE("stateful chains need a state; a stateless call says so", "[sampling][
 }
 
 TEST_CASE("min_new_tokens and begin-suppress count accepted tokens through the state", "[sampling][chain][state]") {
-  const auto chain = inferkit::SamplerChain::inferkit_default(
-      {.temperature = 0.0f, .eos_tokens = {0}, .min_new_tokens = 3, .begin_suppress_tokens = {1}});
+  const auto chain = inferkit::presets::huggingface(
+      {.temperature = 0.0f, .eos_token_ids = {0}, .min_new_tokens = 3, .begin_suppress_tokens = {1}});
   auto state = chain.make_state();
   std::vector<TokenId> out;
   const inferkit::CounterRng rng(3);
@@ -235,8 +236,8 @@ TEST_CASE("Mirostat's controller holds the observed surprise near tau", "[sampli
 }
 
 TEST_CASE("a state copies (beam forks, rollback) and serializes exactly", "[sampling][chain][state]") {
-  const auto chain = inferkit::SamplerChain::llama_cpp(
-      {.temperature = 0.9f, .mirostat = 2, .mirostat_tau = 4.0f, .eos_tokens = {0}, .min_new_tokens = 2});
+  const auto chain = inferkit::presets::llama_cpp(
+      {.temperature = 0.9f, .mirostat = 2, .mirostat_tau = 4.0f, .eos_token_ids = {0}, .min_new_tokens = 2});
   auto state = chain.make_state();
   const inferkit::CounterRng rng(5);
   std::vector<TokenId> out;
@@ -300,9 +301,9 @@ TEST_CASE("batched stateful sampling does not depend on the thread count", "[sam
   auto p = full_params();
   p.dynatemp_range = 0.4f;
   p.min_new_tokens = 1;
-  p.eos_tokens = {0};
-  for (const auto& chain : {inferkit::SamplerChain::llama_cpp(p),
-                            inferkit::SamplerChain::llama_cpp({.temperature = 0.8f, .mirostat = 2})}) {
+  p.eos_token_ids = {0};
+  for (const auto& chain :
+       {inferkit::presets::llama_cpp(p), inferkit::presets::llama_cpp({.temperature = 0.8f, .mirostat = 2})}) {
     const Index rows = 12, vocab = 4000;
     const auto base = test::random_logits(static_cast<std::size_t>(rows * vocab), 31, 2.0f);
     std::vector<std::vector<TokenId>> hist;
@@ -333,4 +334,94 @@ TEST_CASE("batched stateful sampling does not depend on the thread count", "[sam
     }
     CHECK(solo == one[0]);
   }
+}
+
+namespace {
+// Little-endian bytes, written here independently of the state's serializer.
+void put(std::vector<std::uint8_t>& b, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+}  // namespace
+
+TEST_CASE("state bytes: version 1 stays readable, version 2 holds rule states as records", "[sampling][state]") {
+  using inferkit::SamplerState;
+  const auto chain = inferkit::SamplerChain().add(inferkit::Mirostat{2, 4.0f, 0.2f, 100});
+  auto state = chain.make_state(5);
+  std::vector<float> x = zipf(2000, 1.1);
+  const TokenId t = chain.sample(x, {}, state, inferkit::CounterRng(3), 0);
+  REQUIRE(state.pending_token() == t);
+  const float mu = state.mirostat_mu();
+
+  // Version 1 as the format was defined before rule states had records (28 bytes).
+  std::vector<std::uint8_t> v1{'I', 'K', 'S', 'S'};
+  put(v1, 1, 2);
+  put(v1, 3, 2);  // mu present, pending draw
+  put(v1, 5, 8);
+  put(v1, bits(7.25f), 4);
+  put(v1, 42, 4);
+  put(v1, bits(3.5f), 4);
+  const SamplerState read1 = SamplerState::from_bytes(v1);
+  CHECK(read1.generated() == 5);
+  CHECK(read1.mirostat_mu() == 7.25f);
+  CHECK(read1.pending_token() == 42);
+  CHECK(read1.to_bytes() == v1);  // a Mirostat state is still written as version 1
+  CHECK(state.to_bytes().size() == SamplerState::kSerializedSize);
+
+  // Version 2 of the same state: the fixed part, then one record (tag 1, 4 bytes, mu).
+  std::vector<std::uint8_t> v2{'I', 'K', 'S', 'S'};
+  put(v2, 2, 2);
+  put(v2, 1, 2);  // pending draw
+  put(v2, 5, 8);
+  put(v2, static_cast<std::uint32_t>(t), 4);
+  const auto ours = state.to_bytes(2);
+  REQUIRE(ours.size() == 26 + 6 + 4);
+  v2.insert(v2.end(), ours.begin() + 20, ours.begin() + 24);  // the surprise, as the chain computed it
+  put(v2, 1, 2);                                              // one record
+  put(v2, inferkit::MirostatState::kTag, 2);
+  put(v2, 4, 4);
+  put(v2, bits(mu), 4);
+  CHECK(ours == v2);
+  const SamplerState read2 = SamplerState::from_bytes(v2);
+  CHECK(read2 == state);
+  CHECK(read2.to_bytes() == state.to_bytes());
+  // Without rule states: no records.
+  const auto plain = inferkit::SamplerChain().add(inferkit::MinNewTokens{1, {0}}).make_state(9);
+  const auto plain2 = plain.to_bytes(2);
+  CHECK(plain2.size() == 26);
+  CHECK(SamplerState::from_bytes(plain2) == plain);
+  CHECK(SamplerState::from_bytes(plain.to_bytes()) == plain);
+
+  // Malformed version-2 bytes name what is wrong.
+  using Catch::Contains;
+  auto bad = v2;
+  bad.resize(30);
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("bytes record[0] header"));
+  bad = v2;
+  bad[28] = 5;  // payload size 5 > 4 bytes left
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("bytes record[0] size = 5"));
+  bad = v2;
+  bad[26] = 77;  // unknown tag
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("bytes record[0] tag = 77"));
+  bad = v2;
+  bad[24] = 2;  // two records, the second a copy of the first
+  bad.insert(bad.end(), v2.begin() + 26, v2.end());
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("appears twice"));
+  bad = v2;
+  bad.push_back(0);
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("bytes.size() = 37"));
+  bad = v2;
+  bad[6] = 2;  // version 2 has one flag
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("flags"));
+  bad = v2;
+  bad[28] = 3;  // a 3-byte Mirostat record
+  bad.pop_back();
+  CHECK_THROWS_WITH(SamplerState::from_bytes(bad), Contains("mirostat record size = 3"));
+  CHECK_THROWS_WITH(SamplerState::from_bytes(std::vector<std::uint8_t>(v2.begin(), v2.begin() + 20)),
+                    Contains("bytes.size() = 20"));
+  CHECK_THROWS_WITH(state.to_bytes(3), Contains("version = 3"));
 }

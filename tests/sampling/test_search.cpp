@@ -88,7 +88,7 @@ TEST_CASE("beam search with enough beams finds the exhaustive optimum", "[sampli
       inferkit::BeamSearchOptions opt;
       opt.num_beams = 200;  // more than 3^4 live sequences
       opt.max_new_tokens = 5;
-      opt.eos_tokens = {0};
+      opt.eos_token_ids = {0};
       opt.length_penalty_mode = mode;
       opt.length_penalty = alpha;
       opt.early_stopping = inferkit::EarlyStopping::kNever;
@@ -112,7 +112,7 @@ TEST_CASE("length penalty changes the winner: hand-computed scores", "[sampling]
   inferkit::BeamSearchOptions opt;
   opt.num_beams = 2;
   opt.max_new_tokens = 2;
-  opt.eos_tokens = {0};
+  opt.eos_token_ids = {0};
   opt.early_stopping = inferkit::EarlyStopping::kNever;
   const double s_eos = std::log(0.45), s_aeos = std::log(0.55) + std::log(0.6);
   struct Expect {
@@ -141,7 +141,7 @@ TEST_CASE("early stopping modes: true stops first, never last, and search only i
     inferkit::BeamSearchOptions opt;
     opt.num_beams = 2;
     opt.max_new_tokens = 8;
-    opt.eos_tokens = {0};
+    opt.eos_token_ids = {0};
     opt.length_penalty = 1.0;
     opt.early_stopping = inferkit::EarlyStopping::kTrue;
     const auto a = run_beam(toy, opt);
@@ -165,7 +165,7 @@ TEST_CASE("beam search honours min_new_tokens and rejects bad input", "[sampling
   opt.num_beams = 3;
   opt.max_new_tokens = 6;
   opt.min_new_tokens = 3;
-  opt.eos_tokens = {0};
+  opt.eos_token_ids = {0};
   const auto out = run_beam(toy, opt);
   for (const auto& h : out.best) CHECK(h.tokens.size() >= 3);
   CHECK_THROWS_WITH(inferkit::BeamSearch({.num_beams = 0}), Contains("num_beams = 0"));

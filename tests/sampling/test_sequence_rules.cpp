@@ -4,7 +4,10 @@
 
 #include <random>
 
-#include "inferkit/sampling/length_rules.hpp"
+#include "inferkit/sampling/bad_words.hpp"
+#include "inferkit/sampling/begin_suppress_tokens.hpp"
+#include "inferkit/sampling/exponential_decay_length_penalty.hpp"
+#include "inferkit/sampling/min_new_tokens.hpp"
 #include "inferkit/sampling/sequence_bias.hpp"
 
 using Catch::Contains;
@@ -109,7 +112,7 @@ TEST_CASE("sequence rules equal the references on random histories", "[sampling]
       q.entries.push_back({s, float(int(rng() % 9) - 4) * 0.5f});
       if (e % 2) w.sequences.push_back(s);
     }
-    w.eos_tokens = {static_cast<TokenId>(rng() % static_cast<unsigned>(vocab))};
+    w.eos_token_ids = {static_cast<TokenId>(rng() % static_cast<unsigned>(vocab))};
     auto x = test::random_logits(static_cast<std::size_t>(vocab), static_cast<unsigned>(trial), 2.0f, false, 0.2);
     auto r = x;
     inferkit::apply_sequence_bias(x, history, q);
@@ -129,7 +132,7 @@ TEST_CASE("sequence rules reject bad input", "[sampling][sequence_bias][length_r
   CHECK_THROWS_WITH(inferkit::apply_sequence_bias(x, h, {{{{1}, NAN}}}), Contains("sequence_bias[0].bias"));
   CHECK_THROWS_WITH(inferkit::apply_sequence_bias(x, h, {{{{1}, INFINITY}}}), Contains("sequence_bias[0].bias = inf"));
   CHECK_THROWS_AS(inferkit::apply_sequence_bias(x, h, {{{{5}, 1.0f}}}), std::out_of_range);
-  CHECK_THROWS_WITH(inferkit::apply_min_new_tokens(x, {2, {}}, 0), Contains("eos_tokens.size()"));
+  CHECK_THROWS_WITH(inferkit::apply_min_new_tokens(x, {2, {}}, 0), Contains("eos_token_ids.size()"));
   CHECK_THROWS_WITH(inferkit::apply_min_new_tokens(x, {-1, {0}}, 0), Contains("min_new_tokens = -1"));
   CHECK_THROWS_AS(inferkit::apply_min_new_tokens(x, {2, {9}}, 0), std::out_of_range);
   CHECK_THROWS_WITH(inferkit::apply_min_new_tokens(x, {2, {0}}, -1), Contains("generated = -1"));

@@ -356,4 +356,6 @@ TEST_CASE("batched verification equals verifying each sequence alone, on any thr
     CHECK(two[s].tokens == alone.tokens);
     CHECK(one[s].accepted == alone.accepted);
   }
+  for (int bad : {-1, inferkit::kMaxThreads + 1})
+    CHECK_THROWS_WITH(inferkit::verify_batch(items, {}, bad), Catch::Contains("num_threads = " + std::to_string(bad)));
 }

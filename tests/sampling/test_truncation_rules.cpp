@@ -6,7 +6,8 @@
 #include <functional>
 
 #include "inferkit/sampling/dynamic_temperature.hpp"
-#include "inferkit/sampling/epsilon_eta.hpp"
+#include "inferkit/sampling/epsilon_cutoff.hpp"
+#include "inferkit/sampling/eta_cutoff.hpp"
 #include "inferkit/sampling/mirostat.hpp"
 #include "inferkit/sampling/top_k.hpp"
 #include "inferkit/sampling/top_n_sigma.hpp"

@@ -18,6 +18,7 @@
 #include "inferkit/kv/block_table.hpp"
 #include "inferkit/kv/dense_cache.hpp"
 #include "inferkit/kv/quantized_cache.hpp"
+#include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 #include "inferkit/sampling/speculative.hpp"
 
@@ -130,7 +131,7 @@ TEST_CASE("batched sampling from several threads equals sampling each row alone"
   p.temperature = 0.8f, p.top_k = 50, p.top_p = 0.9f, p.repetition_penalty = 1.1f, p.dry_multiplier = 0.8f;
   inferkit::SamplingParams pm = p;
   pm.mirostat = 2;  // a stateful chain: one state per row
-  for (const auto& chain : {inferkit::SamplerChain::inferkit_default(p), inferkit::SamplerChain::llama_cpp(pm)}) {
+  for (const auto& chain : {inferkit::presets::huggingface(p), inferkit::presets::llama_cpp(pm)}) {
     INFO(chain.describe());
     std::vector<TokenId> want(kRows);
     std::vector<inferkit::SamplerState> want_states;

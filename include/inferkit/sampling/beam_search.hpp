@@ -43,7 +43,7 @@ struct BeamSearchOptions {
   EarlyStopping early_stopping = EarlyStopping::kHeuristic;         ///< when the search stops (file comment)
   Index max_new_tokens = 32;                                        ///< generated tokens at most (>= 1)
   Index min_new_tokens = 0;                                         ///< generated tokens before EOS is allowed
-  std::vector<TokenId> eos_tokens{};                                ///< ids that end a hypothesis
+  std::vector<TokenId> eos_token_ids{};                             ///< ids that end a hypothesis
 };
 
 /// A finished hypothesis.
@@ -104,7 +104,8 @@ class BeamSearch {
     require(logprobs.rows() == num_live(), "logprobs.rows()", logprobs.rows(),
             "must equal num_live() (" + std::to_string(num_live()) + ")");
     const Index vocab = logprobs.cols(), B = opt_.num_beams, take = 2 * B;
-    for (TokenId e : opt_.eos_tokens) require_index(e, vocab, "eos_tokens[i]");
+    for (std::size_t i = 0; i < opt_.eos_token_ids.size(); ++i)
+      require_index(opt_.eos_token_ids[i], vocab, "eos_token_ids[" + std::to_string(i) + "]");
     const Index len = steps_ + 1;  // generated tokens after this step
     const bool eos_allowed = len > opt_.min_new_tokens;
 
@@ -121,9 +122,10 @@ class BeamSearch {
       // masked out when it is not yet allowed.
       std::vector<float> masked;
       std::span<const float> r = row;
-      if (!eos_allowed && !opt_.eos_tokens.empty()) {
+      if (!eos_allowed && !opt_.eos_token_ids.empty()) {
         masked.assign(row.begin(), row.end());
-        for (TokenId e : opt_.eos_tokens) masked[static_cast<std::size_t>(e)] = -std::numeric_limits<float>::infinity();
+        for (TokenId e : opt_.eos_token_ids)
+          masked[static_cast<std::size_t>(e)] = -std::numeric_limits<float>::infinity();
         r = masked;
       }
       const std::vector<TokenId> best = take >= vocab ? all_finite(r) : detail::select_top_k_dense(r, take);
@@ -141,7 +143,8 @@ class BeamSearch {
     std::vector<double> next_sum;
     for (std::size_t rank = 0; rank < cands.size() && static_cast<Index>(next.size()) < B; ++rank) {
       const Cand& c = cands[rank];
-      const bool eos = std::find(opt_.eos_tokens.begin(), opt_.eos_tokens.end(), c.token) != opt_.eos_tokens.end();
+      const bool eos =
+          std::find(opt_.eos_token_ids.begin(), opt_.eos_token_ids.end(), c.token) != opt_.eos_token_ids.end();
       if (eos) {
         if (static_cast<Index>(rank) >= B) continue;  // an EOS below the first num_beams does not finish
         BeamHypothesis h{live_[static_cast<std::size_t>(c.beam)], c.score, 0.0};

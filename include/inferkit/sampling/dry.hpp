@@ -20,6 +20,7 @@
 // window (Z[k] = longest common prefix of the reversed window and its suffix from k), computed
 // in linear time; the penalized tokens' largest n are kept in a per-thread table indexed by
 // token and reset after use, so no map and no sort.
+// The rule (a chain stage): Dry{0.8f}; alone on a row: apply_dry(logits, history, Dry{0.8f}).
 
 #include <algorithm>
 #include <cmath>
@@ -27,12 +28,14 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/sampling/candidates.hpp"
-#include "inferkit/sampling/token_masks.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
+#include "inferkit/sampling/detail/token_checks.hpp"
 
 namespace inferkit {
 
@@ -44,6 +47,14 @@ struct Dry {
   Index allowed_length = 2;   ///< repeats this long are free, >= 0
   Index penalty_last_n = -1;  ///< window of the history scanned: -1 = all of it, 0 = off, n > 0 = last n
   std::vector<std::vector<TokenId>> sequence_breakers{};  ///< each non-empty; matching restarts after one
+
+  static constexpr std::string_view kName = "dry";
+  static constexpr bool kStateful = false;
+  void validate() const;
+  std::string describe() const {
+    return describe_rule(kName, {multiplier, base, double(allowed_length), double(penalty_last_n)});
+  }
+  void apply(Candidates& c, const StepInputs& in) const;
 };
 
 /// Checks DRY's parameters; throws std::invalid_argument naming the bad one (token ids are
@@ -203,5 +214,8 @@ inline void apply_dry(std::span<float> logits, std::span<const TokenId> history,
   apply_dry(c, history, q);
   c.materialize();
 }
+
+inline void Dry::validate() const { validate_dry(*this); }
+inline void Dry::apply(Candidates& c, const StepInputs& in) const { apply_dry(c, in.history, *this); }
 
 }  // namespace inferkit

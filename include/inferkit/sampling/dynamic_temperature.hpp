@@ -10,13 +10,18 @@
 //
 // One pass gives Z and sum w (l - max), hence H (detail/mass.hpp's float_block_mass: float
 // partial sums of 8 terms, since no keep / drop boundary rides on Z here), then one pass divides.
+// The rule (a chain stage): DynamicTemperature{0.8f, 0.5f, 1.0f}; alone on a row:
+// apply_dynamic_temperature(logits, {0.8f, 0.5f, 1.0f}).
 
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 #include "inferkit/sampling/detail/mass.hpp"
 #include "inferkit/sampling/temperature.hpp"
 
@@ -27,6 +32,12 @@ struct DynamicTemperature {
   float temperature = 1.0f;  ///< centre T, >= 0
   float range = 0.0f;        ///< delta, >= 0 (0 = the plain temperature rule)
   float exponent = 1.0f;     ///< shape of the entropy map, >= 0
+
+  static constexpr std::string_view kName = "dynamic_temperature";
+  static constexpr bool kStateful = false;
+  void validate() const;
+  std::string describe() const { return describe_rule(kName, {temperature, range, exponent}); }
+  void apply(Candidates& c, const StepInputs&) const;
 };
 
 /// Checks the parameters; throws std::invalid_argument naming the bad one.
@@ -62,5 +73,8 @@ inline void apply_dynamic_temperature(std::span<float> logits, const DynamicTemp
   apply_dynamic_temperature(c, q);
   c.materialize();
 }
+
+inline void DynamicTemperature::validate() const { validate_dynamic_temperature(*this); }
+inline void DynamicTemperature::apply(Candidates& c, const StepInputs&) const { apply_dynamic_temperature(c, *this); }
 
 }  // namespace inferkit

@@ -5,16 +5,20 @@
 // clearly above or below max + log(min_p) (beyond a rounding margin) are decided by one compare,
 // only those in the thin band between get the exact test with the same vector exp as the
 // reference. Many survivors: a second pass writes -inf in place; few: they become a list.
+// The rule (a chain stage): MinP{0.05f}; alone on a row: apply_min_p(logits, 0.05f).
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 #include "inferkit/sampling/detail/collect.hpp"
 #include "inferkit/sampling/top_k.hpp"
 
@@ -161,5 +165,17 @@ inline void apply_min_p(std::span<float> logits, float min_p, Index min_keep = 1
   apply_min_p(c, min_p, min_keep);
   c.materialize();
 }
+
+/// Min-p stage.
+struct MinP {
+  float p = 0.0f;      ///< fraction of the largest probability a token needs, in [0, 1]
+  Index min_keep = 1;  ///< at least this many stay
+
+  static constexpr std::string_view kName = "min_p";
+  static constexpr bool kStateful = false;
+  void validate() const { validate_min_p(p, min_keep); }
+  std::string describe() const { return describe_rule(kName, {p}); }
+  void apply(Candidates& c, const StepInputs&) const { apply_min_p(c, p, min_keep); }
+};
 
 }  // namespace inferkit

@@ -5,7 +5,10 @@
 // mu starts at 2 tau; each step truncates the candidates by mu, a token is drawn from the
 // renormalized rest, and then
 //   mu <- mu - eta * (S - tau),   S = -log2 p(token) under the distribution it was drawn from.
-// Truncation (this header; the update happens in SamplerChain::accept, see sampler_state.hpp):
+// The rule keeps its own per-request state, mu (MirostatState, held in the request's
+// SamplerState): make_state() sets it to 2 tau, the rule's accept() hook applies the update when
+// the committed token is the one the chain drew (SamplerChain::accept, sampler_state.hpp).
+// Truncation:
 //   v2: keep the candidates with surprise -log2 p_i <= mu, i.e. w_i >= Z 2^-mu; none: keep the
 //       most probable (lowest id among ties).
 //   v1: estimate the Zipf exponent s from the m most probable candidates by least squares
@@ -16,16 +19,23 @@
 //       then keep the top max(1, floor(k)) candidates (all when k is not finite or exceeds them).
 // Probabilities are over the current candidates (llama.cpp applies temperature first and no other
 // truncation). v1 ranks only the m best (a top-m selection), v2 is sort-free (min-p's machinery).
+// The rule (a chain stage, stateful, one per chain): Mirostat{2, 5.0f, 0.1f}; alone on a row:
+// apply_mirostat(logits, Mirostat{2, 5.0f, 0.1f}, mu).
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
+#include "inferkit/sampling/detail/bytes.hpp"
 #include "inferkit/sampling/detail/mass.hpp"
 #include "inferkit/sampling/detail/mass_threshold.hpp"
 #include "inferkit/sampling/min_p.hpp"
@@ -33,12 +43,47 @@
 
 namespace inferkit {
 
+/// Mirostat's per-request state: the controller's mu (bits). Serialized as record tag 1 of
+/// SamplerState::to_bytes() (4 bytes: mu as a little-endian float), and in version 1 of that
+/// format as its fixed mu field.
+struct MirostatState {
+  float mu = 0.0f;  ///< the surprise bound of the next truncation, finite
+
+  static constexpr std::uint16_t kTag = 1;
+  /// Appends the payload (mu, 4 bytes).
+  void write(std::vector<std::uint8_t>& out) const { detail::append_le(out, std::bit_cast<std::uint32_t>(mu), 4); }
+  /// Reads a payload written by write(); throws std::invalid_argument for a wrong size or a
+  /// non-finite mu.
+  static MirostatState read(std::span<const std::uint8_t> payload) {
+    require(payload.size() == 4, "bytes mirostat record size", payload.size(), "must be 4");
+    const MirostatState s{std::bit_cast<float>(static_cast<std::uint32_t>(detail::read_le(payload, 0, 4)))};
+    require(std::isfinite(s.mu), "bytes mu", s.mu, "must be finite");
+    return s;
+  }
+  friend bool operator==(const MirostatState&, const MirostatState&) = default;
+};
+
 /// Mirostat's parameters (llama.cpp's defaults: tau 5, eta 0.1, m 100).
 struct Mirostat {
   int version = 2;   ///< 1 or 2
   float tau = 5.0f;  ///< target surprise in bits, > 0
   float eta = 0.1f;  ///< learning rate, > 0
   Index m = 100;     ///< v1: candidates used to estimate the Zipf exponent, >= 2
+
+  static constexpr std::string_view kName = "mirostat";
+  static constexpr bool kStateful = true;
+  using State = MirostatState;
+  void validate() const;
+  std::string describe() const {
+    return version == 1 ? describe_rule("mirostat_v1", {tau, eta, double(m)})
+                        : describe_rule("mirostat_v2", {tau, eta});
+  }
+  /// mu = 2 tau (paper and llama.cpp).
+  State initial_state() const;
+  void apply(Candidates& c, const StepInputs& in, const State& s) const;
+  /// mu -= eta (surprise - tau) when the committed token is the one drawn (a forced or verified
+  /// token's surprise under this distribution is unknown: mu stays).
+  void accept(State& s, const AcceptedToken& t) const;
 };
 
 /// Checks Mirostat's parameters; throws std::invalid_argument naming the bad one.
@@ -113,6 +158,13 @@ inline void apply_mirostat(std::span<float> logits, const Mirostat& q, float mu)
   Candidates c(logits);
   apply_mirostat(c, q, mu);
   c.materialize();
+}
+
+inline void Mirostat::validate() const { validate_mirostat(*this); }
+inline MirostatState Mirostat::initial_state() const { return {mirostat_initial_mu(*this)}; }
+inline void Mirostat::apply(Candidates& c, const StepInputs&, const State& s) const { apply_mirostat(c, *this, s.mu); }
+inline void Mirostat::accept(State& s, const AcceptedToken& t) const {
+  if (t.drawn) s.mu = mirostat_update(*this, s.mu, t.surprise_bits);
 }
 
 }  // namespace inferkit

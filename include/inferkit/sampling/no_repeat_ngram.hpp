@@ -3,20 +3,27 @@
 // banned (-inf) when it would complete an n-gram that already occurs in the history. With
 // history h of length L, every i with h[i .. i+n-1) equal to the last n-1 tokens bans h[i+n-1].
 // n == 1 bans every token of the history. n <= 0 is an error.
+// The rule (a chain stage): NoRepeatNgram{3}; alone on a row: apply_no_repeat_ngram(logits, history, 3).
 
+#include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 #include "inferkit/sampling/logits.hpp"
 
 namespace inferkit {
 
+/// Checks the n-gram size (>= 1); throws std::invalid_argument.
+inline void validate_no_repeat_ngram(Index n) { require(n >= 1, "no_repeat_ngram_size", n, "must be >= 1"); }
+
 /// The tokens that would repeat an n-gram of the history, in order of discovery.
 inline std::vector<TokenId> repeated_ngram_tokens(std::span<const TokenId> history, Index n) {
-  require(n >= 1, "no_repeat_ngram_size", n, "must be >= 1");
+  validate_no_repeat_ngram(n);
   std::vector<TokenId> banned;
   const Index len = static_cast<Index>(history.size());
   if (len + 1 < n) return banned;
@@ -43,5 +50,16 @@ inline void apply_no_repeat_ngram(Candidates& c, std::span<const TokenId> histor
   apply_no_repeat_ngram(c.logits(), history, n);
   c.logits_changed();
 }
+
+/// No-repeat n-gram stage.
+struct NoRepeatNgram {
+  Index n = 0;  ///< n-gram size, >= 1
+
+  static constexpr std::string_view kName = "no_repeat_ngram";
+  static constexpr bool kStateful = false;
+  void validate() const { validate_no_repeat_ngram(n); }
+  std::string describe() const { return describe_rule(kName, {double(n)}); }
+  void apply(Candidates& c, const StepInputs& in) const { apply_no_repeat_ngram(c, in.history, n); }
+};
 
 }  // namespace inferkit

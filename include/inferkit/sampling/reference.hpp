@@ -13,11 +13,15 @@
 #include <span>
 #include <vector>
 
+#include "inferkit/sampling/bad_words.hpp"
+#include "inferkit/sampling/begin_suppress_tokens.hpp"
 #include "inferkit/sampling/candidates.hpp"
 #include "inferkit/sampling/dry.hpp"
 #include "inferkit/sampling/dynamic_temperature.hpp"
-#include "inferkit/sampling/epsilon_eta.hpp"
-#include "inferkit/sampling/length_rules.hpp"
+#include "inferkit/sampling/epsilon_cutoff.hpp"
+#include "inferkit/sampling/eta_cutoff.hpp"
+#include "inferkit/sampling/exponential_decay_length_penalty.hpp"
+#include "inferkit/sampling/min_new_tokens.hpp"
 #include "inferkit/sampling/mirostat.hpp"
 #include "inferkit/sampling/sequence_bias.hpp"
 #include "inferkit/sampling/xtc.hpp"
@@ -256,14 +260,14 @@ inline void mirostat(std::span<float> x, const Mirostat& q, float mu) {
 /// HF's min_new_tokens.
 inline void min_new_tokens(std::span<float> x, const MinNewTokens& q, Index generated) {
   if (generated < q.min_new_tokens)
-    for (TokenId id : q.eos_tokens) x[static_cast<std::size_t>(id)] = kNegInf;
+    for (TokenId id : q.eos_token_ids) x[static_cast<std::size_t>(id)] = kNegInf;
 }
 /// HF's exponential decay length penalty, one EOS id at a time.
 inline void exponential_decay_length_penalty(std::span<float> x, const ExponentialDecayLengthPenalty& q,
                                              Index generated) {
   if (generated <= q.start_index) return;
   std::vector<char> done(x.size(), 0);
-  for (TokenId id : q.eos_tokens) {
+  for (TokenId id : q.eos_token_ids) {
     float& v = x[static_cast<std::size_t>(id)];
     if (done[static_cast<std::size_t>(id)] || v == kNegInf) continue;
     done[static_cast<std::size_t>(id)] = 1;
@@ -296,7 +300,7 @@ inline void sequence_bias(std::span<float> x, std::span<const TokenId> history, 
 inline void bad_words(std::span<float> x, std::span<const TokenId> history, const BadWords& q) {
   SequenceBias as_bias;
   for (const auto& s : q.sequences)
-    if (!(s.size() == 1 && std::find(q.eos_tokens.begin(), q.eos_tokens.end(), s[0]) != q.eos_tokens.end()))
+    if (!(s.size() == 1 && std::find(q.eos_token_ids.begin(), q.eos_token_ids.end(), s[0]) != q.eos_token_ids.end()))
       as_bias.entries.push_back({s, kNegInf});
   sequence_bias(x, history, as_bias);
 }

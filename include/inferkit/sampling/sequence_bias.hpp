@@ -1,27 +1,28 @@
 #pragma once
-// Hugging Face's sequence-level biases over the request's history:
-//   SequenceBias (SequenceBiasLogitsProcessor): each entry (sequence s, bias b) adds b to the
-//     logit of s's last token when s's prefix s[0 .. n-1) is what the history ends with; a
-//     one-token sequence always applies. As in Hugging Face, a sequence of n > 1 tokens is
-//     considered only when the history holds at least n tokens, and the biases of every
-//     matching entry are summed before they are added (score + sum of biases).
-//   BadWords (NoBadWordsLogitsProcessor): the same with bias -inf: the last token of a banned
-//     sequence whose prefix just appeared is banned. As in Hugging Face, a one-token bad word
-//     equal to one of `eos_tokens` is ignored (EOS stays reachable).
+// Hugging Face's sequence bias (SequenceBiasLogitsProcessor) over the request's history: each
+// entry (sequence s, bias b) adds b to the logit of s's last token when s's prefix s[0 .. n-1) is
+// what the history ends with; a one-token sequence always applies. As in Hugging Face, a sequence
+// of n > 1 tokens is considered only when the history holds at least n tokens, and the biases of
+// every matching entry are summed before they are added (score + sum of biases). Bad words
+// (bad_words.hpp) are the same match with bias -inf.
 // The history is what the caller passes (prompt and generated tokens, or their tail): only its
 // last (longest sequence - 1) tokens matter. Cost: O(sum of sequence lengths) per call.
+// The rule (a chain stage): SequenceBias{{{{5, 6}, -2.0f}}}; alone on a row:
+// apply_sequence_bias(logits, history, SequenceBias{{{{5, 6}, -2.0f}}}).
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/sampling/candidates.hpp"
-#include "inferkit/sampling/token_masks.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
+#include "inferkit/sampling/detail/token_checks.hpp"
 
 namespace inferkit {
 
@@ -34,12 +35,12 @@ struct SequenceBiasEntry {
 /// HF's sequence_bias.
 struct SequenceBias {
   std::vector<SequenceBiasEntry> entries{};  ///< the biased sequences
-};
 
-/// HF's bad_words_ids.
-struct BadWords {
-  std::vector<std::vector<TokenId>> sequences{};  ///< each non-empty
-  std::vector<TokenId> eos_tokens{};              ///< one-token bad words equal to these are ignored
+  static constexpr std::string_view kName = "sequence_bias";
+  static constexpr bool kStateful = false;
+  void validate() const;
+  std::string describe() const { return describe_rule(kName, {double(entries.size())}); }
+  void apply(Candidates& c, const StepInputs& in) const;
 };
 
 namespace detail {
@@ -75,12 +76,6 @@ inline void validate_sequence_bias(const SequenceBias& q) {
   }
 }
 
-/// Checks the bad words; throws std::invalid_argument naming the bad one.
-inline void validate_bad_words(const BadWords& q) {
-  for (std::size_t i = 0; i < q.sequences.size(); ++i)
-    detail::validate_sequence(q.sequences[i], [i] { return "bad_words[" + std::to_string(i) + "]"; });
-}
-
 /// Applies the sequence biases given the history.
 inline void apply_sequence_bias(Candidates& c, std::span<const TokenId> history, const SequenceBias& q) {
   validate_sequence_bias(q);
@@ -110,24 +105,6 @@ inline void apply_sequence_bias(Candidates& c, std::span<const TokenId> history,
   c.logits_changed();
 }
 
-/// Bans the last token of each bad word whose prefix just appeared.
-inline void apply_bad_words(Candidates& c, std::span<const TokenId> history, const BadWords& q) {
-  validate_bad_words(q);
-  const Index vocab = c.vocab_size();
-  for (std::size_t i = 0; i < q.sequences.size(); ++i)
-    for (std::size_t j = 0; j < q.sequences[i].size(); ++j)
-      if (const TokenId t = q.sequences[i][j]; t >= vocab)  // the name is built on failure only
-        detail::check_token(t, vocab, "bad_words[" + std::to_string(i) + "][" + std::to_string(j) + "]");
-  bool changed = false;
-  for (const auto& s : q.sequences) {
-    if (s.size() == 1 && std::find(q.eos_tokens.begin(), q.eos_tokens.end(), s[0]) != q.eos_tokens.end()) continue;
-    if (!detail::prefix_just_appeared(history, s)) continue;
-    c.logits()[static_cast<std::size_t>(s.back())] = -std::numeric_limits<float>::infinity();
-    changed = true;
-  }
-  if (changed) c.logits_changed();
-}
-
 /// In place on one row.
 inline void apply_sequence_bias(std::span<float> logits, std::span<const TokenId> history, const SequenceBias& q) {
   Candidates c(logits);
@@ -135,11 +112,9 @@ inline void apply_sequence_bias(std::span<float> logits, std::span<const TokenId
   c.materialize();
 }
 
-/// In place on one row.
-inline void apply_bad_words(std::span<float> logits, std::span<const TokenId> history, const BadWords& q) {
-  Candidates c(logits);
-  apply_bad_words(c, history, q);
-  c.materialize();
+inline void SequenceBias::validate() const { validate_sequence_bias(*this); }
+inline void SequenceBias::apply(Candidates& c, const StepInputs& in) const {
+  apply_sequence_bias(c, in.history, *this);
 }
 
 }  // namespace inferkit

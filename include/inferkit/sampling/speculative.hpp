@@ -254,10 +254,11 @@ struct DraftToVerify {
 };
 
 /// Verifies several sequences (each with its own k) in parallel; results in input order and
-/// independent of the thread count. Point-mass verification is used where q has no rows and
-/// the draft is non-empty.
+/// independent of num_threads (0 = OpenMP's default, at most kMaxThreads). Point-mass
+/// verification is used where q has no rows and the draft is non-empty.
 inline std::vector<VerifyResult> verify_batch(std::span<const DraftToVerify> items, const VerifyOptions& opt = {},
                                               int num_threads = 0) {
+  require_thread_count("num_threads", num_threads);
   std::vector<VerifyResult> out(items.size());
   std::vector<std::exception_ptr> errors(items.size());
   const auto n = static_cast<std::int64_t>(items.size());

@@ -4,16 +4,21 @@
 // A T so small that max / T overflows divides (logits - max) / T instead (the same softmax: the
 // maximum becomes 0, the rest -inf or finite), where plain division would give +inf logits and a
 // NaN distribution (found by fuzzing: min_p(1) then T = 1.2e-38).
+// The rule (a chain stage): Temperature{0.8f}; alone on a row: apply_temperature(logits, 0.8f).
 
 #include <cmath>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 
 namespace inferkit {
 
+/// Checks a temperature (finite, >= 0); throws std::invalid_argument.
 inline void validate_temperature(float temperature) {
   require(std::isfinite(temperature) && temperature >= 0.0f, "temperature", temperature,
           "must be finite and >= 0 (0 = greedy)");
@@ -50,5 +55,16 @@ inline void apply_temperature(std::span<float> logits, float temperature) {
   apply_temperature(c, temperature);
   c.materialize();
 }
+
+/// Temperature stage: logits / value (0 = greedy).
+struct Temperature {
+  float value = 1.0f;  ///< T >= 0
+
+  static constexpr std::string_view kName = "temperature";
+  static constexpr bool kStateful = false;
+  void validate() const { validate_temperature(value); }
+  std::string describe() const { return describe_rule(kName, {value}); }
+  void apply(Candidates& c, const StepInputs&) const { apply_temperature(c, value); }
+};
 
 }  // namespace inferkit

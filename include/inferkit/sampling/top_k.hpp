@@ -3,17 +3,21 @@
 // or k >= vocabulary size keeps everything. Over a dense row a sampled threshold lets one
 // collection pass gather a few more than k tokens, which nth_element cuts to k; the vocabulary
 // is never sorted.
+// The rule (a chain stage): TopK{40}; alone on a row: apply_top_k(logits, 40).
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "inferkit/core/simd.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 #include "inferkit/sampling/detail/collect.hpp"
 
 namespace inferkit {
@@ -81,5 +85,16 @@ inline void apply_top_k(std::span<float> logits, Index k) {
   apply_top_k(c, k);
   c.materialize();
 }
+
+/// Top-k stage.
+struct TopK {
+  Index k = 0;  ///< tokens kept; <= 0 keeps all
+
+  static constexpr std::string_view kName = "top_k";
+  static constexpr bool kStateful = false;
+  void validate() const {}  // every k is meaningful
+  std::string describe() const { return describe_rule(kName, {double(k)}); }
+  void apply(Candidates& c, const StepInputs&) const { apply_top_k(c, k); }
+};
 
 }  // namespace inferkit

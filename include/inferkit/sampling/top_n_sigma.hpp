@@ -9,17 +9,21 @@
 // Sort-free: one pass for the mean, one for the sum of squared deviations (both in double), then
 // the threshold is rounded up to the first float at or above it and one pass keeps the logits at
 // or above it: in place when many survive, as a list when few do.
+// The rule (a chain stage): TopNSigma{1.0f}; alone on a row: apply_top_n_sigma(logits, 1.0f).
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 #include "inferkit/sampling/detail/collect.hpp"
 #include "inferkit/sampling/top_p.hpp"
 
@@ -152,5 +156,16 @@ inline void apply_top_n_sigma(std::span<float> logits, float n) {
   apply_top_n_sigma(c, n);
   c.materialize();
 }
+
+/// Top-n-sigma stage.
+struct TopNSigma {
+  float n = -1.0f;  ///< standard deviations below the max; <= 0 = off
+
+  static constexpr std::string_view kName = "top_n_sigma";
+  static constexpr bool kStateful = false;
+  void validate() const { validate_top_n_sigma(n); }
+  std::string describe() const { return describe_rule(kName, {n}); }
+  void apply(Candidates& c, const StepInputs&) const { apply_top_n_sigma(c, n); }
+};
 
 }  // namespace inferkit

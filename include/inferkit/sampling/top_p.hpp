@@ -13,18 +13,22 @@
 // pass gives the exact (double) mass above each pivot, and only the interval where the running
 // mass crosses p * Z is kept, until a few dozen tokens remain and are ranked. Then one pass
 // writes -inf after the boundary.
+// The rule (a chain stage): TopP{0.95f}; alone on a row: apply_top_p(logits, 0.95f).
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 #include "inferkit/sampling/detail/collect.hpp"
 #include "inferkit/sampling/detail/radix_sort.hpp"
 #include "inferkit/sampling/top_k.hpp"
@@ -448,5 +452,17 @@ inline void apply_top_p(std::span<float> logits, float p, Index min_keep = 1) {
   apply_top_p(c, p, min_keep);
   c.materialize();
 }
+
+/// Top-p stage.
+struct TopP {
+  float p = 1.0f;      ///< nucleus mass in [0, 1]; 0 keeps the min_keep most probable
+  Index min_keep = 1;  ///< at least this many stay
+
+  static constexpr std::string_view kName = "top_p";
+  static constexpr bool kStateful = false;
+  void validate() const { validate_top_p(p, min_keep); }
+  std::string describe() const { return describe_rule(kName, {p}); }
+  void apply(Candidates& c, const StepInputs&) const { apply_top_p(c, p, min_keep); }
+};
 
 }  // namespace inferkit

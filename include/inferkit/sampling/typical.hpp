@@ -5,18 +5,23 @@
 // probability reaches `mass`, at least min_keep. mass >= 1 keeps everything. This rule ranks
 // every candidate by a score that is not monotone in the logit, so it sorts the candidate set;
 // place it after top-k when the vocabulary is large.
+// The rule (a chain stage): Typical{0.95f}; alone on a row: apply_typical(logits, 0.95f).
 
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 
 namespace inferkit {
 
+/// Checks typical's parameters (mass in (0, 1], min_keep >= 1); throws std::invalid_argument.
 inline void validate_typical(float mass, Index min_keep) {
   require(std::isfinite(mass) && mass > 0.0f && mass <= 1.0f, "typical_p", mass, "must be in (0, 1]");
   require(min_keep >= 1, "min_keep", min_keep, "must be >= 1");
@@ -60,5 +65,17 @@ inline void apply_typical(std::span<float> logits, float mass, Index min_keep = 
   apply_typical(c, mass, min_keep);
   c.materialize();
 }
+
+/// Locally typical stage.
+struct Typical {
+  float mass = 1.0f;   ///< typical mass in (0, 1]
+  Index min_keep = 1;  ///< at least this many stay
+
+  static constexpr std::string_view kName = "typical_p";
+  static constexpr bool kStateful = false;
+  void validate() const { validate_typical(mass, min_keep); }
+  std::string describe() const { return describe_rule(kName, {mass}); }
+  void apply(Candidates& c, const StepInputs&) const { apply_typical(c, mass, min_keep); }
+};
 
 }  // namespace inferkit

@@ -17,17 +17,22 @@
 // Z >= 1); unless two of them carry enough mass to pass, the rule stops there; otherwise one pass
 // computes Z (float blocks, exact where it matters: detail/mass_threshold.hpp) and the exact set
 // is taken from the collected ones.
+// The rule (a chain stage, at most one per chain): Xtc{0.1f, 0.5f}; alone on a row:
+// apply_xtc(logits, Xtc{0.1f, 0.5f}, rng, draw_index).
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/philox.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 #include "inferkit/sampling/detail/mass.hpp"
 #include "inferkit/sampling/detail/mass_threshold.hpp"
 #include "inferkit/sampling/min_p.hpp"
@@ -39,6 +44,16 @@ struct Xtc {
   float threshold = 0.1f;    ///< probability a token needs to count as a "top choice", in [0, 1]
   float probability = 0.0f;  ///< chance that the rule fires at a step, in [0, 1] (0 = never)
   Index min_keep = 1;        ///< the rule does not fire if fewer candidates would remain
+
+  static constexpr std::string_view kName = "xtc";
+  static constexpr bool kStateful = false;
+  /// Two XTC stages would flip the same coin.
+  static constexpr std::string_view kOnePerChain = "its coin is words 2-3 of the draw's Philox block";
+  void validate() const;
+  std::string describe() const { return describe_rule(kName, {threshold, probability}); }
+  /// The coin needs the request's random stream (probability 0 never flips it).
+  bool needs_rng() const { return probability > 0.0f; }
+  void apply(Candidates& c, const StepInputs& in) const;
 };
 
 /// Checks XTC's parameters; throws std::invalid_argument naming the bad one.
@@ -122,6 +137,11 @@ inline void apply_xtc(std::span<float> logits, const Xtc& q, const CounterRng& r
   Candidates c(logits);
   apply_xtc(c, q, rng, draw_index);
   c.materialize();
+}
+
+inline void Xtc::validate() const { validate_xtc(*this); }
+inline void Xtc::apply(Candidates& c, const StepInputs& in) const {
+  if (probability > 0.0f) apply_xtc(c, *this, *in.rng, in.draw_index);
 }
 
 }  // namespace inferkit

@@ -1,27 +1,31 @@
 #pragma once
-// Epsilon and eta sampling (Hewitt, Manning and Liang 2022, "Truncation Sampling as Language
-// Model Desmoothing"), as Hugging Face's EpsilonLogitsWarper and EtaLogitsWarper define them:
-//   epsilon: keep tokens with p_i >= epsilon;
-//   eta:     keep tokens with p_i >= min(epsilon, sqrt(epsilon) * exp(-H)), H the entropy (nats)
-//            of p over the current candidates;
-// with p_i = w_i / Z over the current candidates. min_keep follows Hugging Face: a token also
-// stays when its logit is at least the min_keep-th largest logit, so ties at that logit all stay
-// (inferkit's top-p and min-p keep exactly min_keep instead). epsilon must be in (0, 1) as in
-// Hugging Face; the presets treat 0 as "off".
+// Epsilon sampling (Hewitt, Manning and Liang 2022, "Truncation Sampling as Language Model
+// Desmoothing"), as Hugging Face's EpsilonLogitsWarper defines it: keep tokens with
+// p_i >= epsilon, p_i = w_i / Z over the current candidates. min_keep follows Hugging Face: a
+// token also stays when its logit is at least the min_keep-th largest logit, so ties at that
+// logit all stay (inferkit's top-p and min-p keep exactly min_keep instead). epsilon must be in
+// (0, 1) as in Hugging Face; the presets treat 0 as "off". Eta sampling (eta_cutoff.hpp) shares
+// this header's machinery.
+// The rule (a chain stage): EpsilonCutoff{3e-4f}; alone on a row:
+// apply_epsilon_cutoff(logits, {3e-4f}).
 //
-// Sort-free: one pass gives Z (and the entropy term), then the tokens with w_i >= threshold * Z
-// are kept by min-p's machinery (one compare per logit outside a rounding band, the exact weight
-// inside it). The pass sums in float blocks; the exact double pass runs only when a weight lies
-// within its error bound of the threshold (detail/mass_threshold.hpp), so the kept set is exact.
+// Sort-free: one pass gives Z (and, for eta, the entropy term), then the tokens with
+// w_i >= threshold * Z are kept by min-p's machinery (one compare per logit outside a rounding
+// band, the exact weight inside it). The pass sums in float blocks; the exact double pass runs
+// only when a weight lies within its error bound of the threshold (detail/mass_threshold.hpp), so
+// the kept set is exact.
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/sampling/candidates.hpp"
+#include "inferkit/sampling/decoding_rule.hpp"
 #include "inferkit/sampling/detail/collect.hpp"
 #include "inferkit/sampling/detail/mass.hpp"
 #include "inferkit/sampling/detail/mass_threshold.hpp"
@@ -31,24 +35,24 @@
 
 namespace inferkit {
 
-/// Epsilon sampling's parameters (HF: epsilon_cutoff).
-struct EpsilonCutoff {
-  float epsilon = 3e-4f;  ///< probability floor, in (0, 1)
-  Index min_keep = 1;     ///< tokens at or above the min_keep-th largest logit always stay
-};
-
-/// Eta sampling's parameters (HF: eta_cutoff).
-struct EtaCutoff {
-  float epsilon = 2e-3f;  ///< in (0, 1): the floor is min(epsilon, sqrt(epsilon) * exp(-H))
-  Index min_keep = 1;     ///< tokens at or above the min_keep-th largest logit always stay
-};
-
 /// Checks an epsilon or eta cutoff (`name` is the parameter reported); throws
 /// std::invalid_argument.
 inline void validate_cutoff(float epsilon, Index min_keep, const char* name) {
   require(std::isfinite(epsilon) && epsilon > 0.0f && epsilon < 1.0f, name, epsilon, "must be in (0, 1)");
   require(min_keep >= 1, "min_keep", min_keep, "must be >= 1");
 }
+
+/// Epsilon sampling's stage (HF: epsilon_cutoff).
+struct EpsilonCutoff {
+  float epsilon = 3e-4f;  ///< probability floor, in (0, 1)
+  Index min_keep = 1;     ///< tokens at or above the min_keep-th largest logit always stay
+
+  static constexpr std::string_view kName = "epsilon_cutoff";
+  static constexpr bool kStateful = false;
+  void validate() const { validate_cutoff(epsilon, min_keep, "epsilon_cutoff"); }
+  std::string describe() const { return describe_rule(kName, {epsilon}); }
+  void apply(Candidates& c, const StepInputs&) const;
+};
 
 namespace detail {
 
@@ -93,25 +97,11 @@ void keep_probability_at_least(Candidates& c, float max, bool with_entropy, cons
 
 }  // namespace detail
 
-/// The eta rule's probability floor for entropy H (nats): min(epsilon, sqrt(epsilon) e^-H).
-inline double eta_floor(float epsilon, double entropy) {
-  return std::min(double(epsilon), std::sqrt(double(epsilon)) * std::exp(-entropy));
-}
-
 /// Epsilon sampling on the candidates.
 inline void apply_epsilon_cutoff(Candidates& c, const EpsilonCutoff& q) {
   validate_cutoff(q.epsilon, q.min_keep, "epsilon_cutoff");
   detail::keep_probability_at_least(
       c, c.summary().max, false, [&](const detail::CandidateMass&) { return double(q.epsilon); }, q.min_keep);
-}
-
-/// Eta sampling on the candidates.
-inline void apply_eta_cutoff(Candidates& c, const EtaCutoff& q) {
-  validate_cutoff(q.epsilon, q.min_keep, "eta_cutoff");
-  // floor * Z = min(epsilon Z, sqrt(epsilon) e^(wl / Z)): increasing in Z and in wl (<= 0).
-  detail::keep_probability_at_least(
-      c, c.summary().max, true, [&](const detail::CandidateMass& m) { return eta_floor(q.epsilon, m.entropy()); },
-      q.min_keep);
 }
 
 /// In place on one row; filtered tokens become -inf.
@@ -121,11 +111,6 @@ inline void apply_epsilon_cutoff(std::span<float> logits, const EpsilonCutoff& q
   c.materialize();
 }
 
-/// In place on one row; filtered tokens become -inf.
-inline void apply_eta_cutoff(std::span<float> logits, const EtaCutoff& q) {
-  Candidates c(logits);
-  apply_eta_cutoff(c, q);
-  c.materialize();
-}
+inline void EpsilonCutoff::apply(Candidates& c, const StepInputs&) const { apply_epsilon_cutoff(c, *this); }
 
 }  // namespace inferkit
