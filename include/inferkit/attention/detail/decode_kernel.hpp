@@ -19,6 +19,7 @@
 #include "inferkit/attention/detail/problem.hpp"
 #include "inferkit/attention/detail/reduced_decode.hpp"
 #include "inferkit/attention/detail/row_readers.hpp"
+#include "inferkit/attention/detail/score_rule.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/convert.hpp"
@@ -305,7 +306,7 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
     std::fill(qr, qr + Dp, 0.0f);
     if (r < R) {
       const float* src = p.q.ptr(r / G, g * G + r % G);
-      for (Index k = 0; k < d; ++k) qr[k] = src[k] * p.scale;
+      for (Index k = 0; k < d; ++k) qr[k] = p.score.scaled(src[k]);
     }
     m[r] = kNegInf;
     l[r] = 0.0f;
@@ -327,7 +328,7 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       const TokenPositions kp = blk.positions.offset(c0);
       std::int64_t k_lo = 0, k_hi = 0;
       position_range(kp, nc, k_lo, k_hi);
-      const TileVisibility vis = p.mask.classify(q_lo, q_hi, k_lo, k_hi);
+      const TileVisibility vis = p.score.mask.classify(q_lo, q_hi, k_lo, k_hi);
       if (vis == TileVisibility::kNone) continue;
 
       // S^T = K q^T, reading the store's own rows where they widen or dequantize in registers;
@@ -337,21 +338,19 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
         with_tile_reader(blk.keys, c0, nc, d, in_place, ws.kbuf, ws.kstep, ws.kzero, ws,
                          [&](const auto& reader) { decode_scores(reader, nc, qk, Rp, Dp, st, lanes); });
 
-      // Soft-cap, ALiBi and mask, then the online-softmax update of every row.
-      if (p.softcap > 0.0f) {
-        const VecF cap = simd::broadcast(p.softcap), inv = simd::broadcast(1.0f / p.softcap);
-        for (Index i = 0; i < nc * Rp; i += W) simd::store(st + i, cap * simd::tanh(simd::load(st + i) * inv));
+      // The score rule (soft-cap, ALiBi, mask: score_rule.hpp), then the online-softmax update.
+      const ScoreRule& rule = p.score;
+      if (rule.capped()) {
+        const ScoreVectors rv = rule.vectors();
+        for (Index i = 0; i < nc * Rp; i += W) simd::store(st + i, ScoreRule::soft_cap(simd::load(st + i), rv));
       }
-      if (p.slopes || vis == TileVisibility::kPartial) {
+      const bool partial = vis == TileVisibility::kPartial;
+      if (rule.slopes || partial) {
         for (Index c = 0; c < nc; ++c) {
           const std::int64_t kpos = kp[c];
           for (Index r = 0; r < R; ++r) {
-            const std::int64_t qp = p.q_pos[r / G];
             float& sc = st[c * Rp + r];
-            if (vis == TileVisibility::kPartial && !p.mask.visible(qp, kpos))
-              sc = kNegInf;
-            else if (p.slopes)
-              sc -= p.slopes[g * G + r % G] * static_cast<float>(qp - kpos);
+            sc = rule.biased_or_masked(sc, g * G + r % G, p.q_pos[r / G], kpos, partial);
           }
         }
       }

@@ -44,7 +44,8 @@ constexpr bool bf16_rows() {
 }
 
 /// The query the reduced arithmetic multiplies a store's keys with: q rounded to int8 per key
-/// group (per-token quantized keys) or to bf16 (bf16 keys), else q itself (reduced_decode.hpp).
+/// group (per-token quantized keys) or to bf16 (bf16 keys), else q itself (round_query,
+/// reduced_common.hpp).
 template <class Rows>
 const float* reduced_query(const Rows& keys, const float* q, Index Rp, Index Dp, Index d, ReducedScratch& rs) {
   QueryRoundingKey key;
@@ -59,8 +60,8 @@ const float* reduced_query(const Rows& keys, const float* q, Index Rp, Index Dp,
   return rs.qhat.data();
 }
 
-/// S^T of a tile by integer dot products where the keys allow (reduced_decode.hpp); false if
-/// the caller must run the float kernel (with the rounded query).
+/// S^T of a tile by integer (reduced_int8_scores.hpp) or bf16 (reduced_bf16.hpp) dot products
+/// where the keys allow; false if the caller must run the float kernel (with the rounded query).
 template <class Rows>
 bool reduced_scores(const Rows& keys, Index c0, Index nc, Index d, Index Rp, float* st, ReducedScratch& rs) {
 #if INFERKIT_DETAIL_REDUCED_VNNI
