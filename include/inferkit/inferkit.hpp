@@ -74,9 +74,12 @@
 #include "inferkit/sampling/typical.hpp"
 #include "inferkit/sampling/xtc.hpp"
 
+#include "inferkit/serving/admission_queue.hpp"
 #include "inferkit/serving/batch_plan.hpp"
 #include "inferkit/serving/request.hpp"
 #include "inferkit/serving/scheduler.hpp"
+#include "inferkit/serving/scheduler_config.hpp"
+#include "inferkit/serving/scheduler_info.hpp"
 
 #include "inferkit/steering/contrastive_vector.hpp"
 #include "inferkit/steering/position_selection.hpp"

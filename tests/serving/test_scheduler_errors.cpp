@@ -2,7 +2,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <numeric>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "inferkit/serving/request.hpp"
@@ -194,4 +197,174 @@ TEST_CASE("complete() rejects reports that do not fit the plan and changes nothi
   h.drain();
   CHECK(h.matches_alone(a));
   CHECK(h.matches_alone(b));
+}
+
+namespace {
+
+// Everything a caller can observe of a scheduler, its pool and its trie.
+struct Observed {
+  std::vector<std::uint64_t> stats;
+  std::vector<Index> counts;  // iteration, waiting, running, pool used / free, trie pages
+  std::vector<RequestId> running, waiting;
+  std::vector<std::vector<Index>> requests;  // per id: state, prompt, cached, pinned, preemptions, waited, table
+  std::vector<std::vector<TokenId>> generated;
+  std::vector<Index> refcounts;
+  bool operator==(const Observed&) const = default;
+};
+
+Observed observe(const test::ServeHarness& h, RequestId last_id) {
+  Observed o;
+  const auto& s = h.sched.stats();
+  o.stats = {s.iterations,
+             s.admissions,
+             s.preemptions,
+             s.finished,
+             s.cancelled,
+             s.prefill_tokens,
+             s.cached_tokens,
+             s.decode_tokens,
+             s.draft_tokens,
+             s.accepted_draft_tokens,
+             s.evicted_pages,
+             h.trie.stats().inserted_pages,
+             h.trie.stats().evictions};
+  o.counts = {h.sched.iteration(),  h.sched.num_waiting(), h.sched.num_running(),
+              h.pool.used_blocks(), h.pool.free_blocks(),  h.trie.cached_pages()};
+  o.running = h.sched.running_ids();
+  o.waiting = h.sched.waiting_ids();
+  for (RequestId id = 0; id <= last_id; ++id) {
+    if (!h.sched.contains(id)) continue;
+    const auto i = h.sched.info(id);
+    std::vector<Index> r{id,
+                         static_cast<Index>(i.state),
+                         i.prompt_tokens,
+                         i.cached_tokens,
+                         i.pinned_tokens,
+                         i.preemptions,
+                         i.waited_iterations,
+                         i.table ? 1 : 0};
+    if (i.table) {
+      r.push_back(i.table->num_tokens());
+      for (auto b : i.table->blocks()) r.push_back(b);
+    }
+    o.requests.push_back(r);
+    o.generated.emplace_back(i.generated.begin(), i.generated.end());
+  }
+  for (inferkit::BlockId b = 0; b < h.pool.config().max_blocks; ++b) o.refcounts.push_back(h.pool.refcount(b));
+  return o;
+}
+
+// Reports that do not fit the plan, derived from the right one: each must throw and change nothing.
+std::vector<std::pair<std::vector<TokenId>, std::vector<Index>>> bad_reports(const inferkit::BatchPlan<float>& plan,
+                                                                             const std::vector<TokenId>& tokens,
+                                                                             const std::vector<Index>& counts) {
+  std::vector<std::pair<std::vector<TokenId>, std::vector<Index>>> bad;
+  if (tokens.empty()) return bad;
+  auto t = tokens;
+  t.pop_back();
+  bad.push_back({t, counts});  // one token short (the last sequence's)
+  t = tokens;
+  t.push_back(1);
+  bad.push_back({t, counts});  // one too many
+  t = tokens;
+  t.back() = -1;
+  bad.push_back({t, counts});  // only the last sequence's token is bad: nothing may be applied before it
+  auto c = counts;
+  c.push_back(1);
+  bad.push_back({tokens, c});  // a count too many
+  c = counts;
+  c.back() = 0;
+  t = tokens;
+  t.pop_back();
+  bad.push_back({t, c});  // a count of 0 (tokens consistent with it)
+  // The last sampled sequence takes one token more than its drafts allow.
+  Index drafts = 0;
+  for (const auto& s : plan.sequences)
+    if (s.sample) drafts = s.draft_tokens;
+  c = counts;
+  c.back() = 2 + drafts;
+  t = tokens;
+  for (Index i = 1; i < c.back(); ++i) t.push_back(0);
+  bad.push_back({t, c});
+  // An accepted draft that is not the draft the forward fed.
+  Index at = 0;
+  std::size_t k = 0;
+  for (const auto& s : plan.sequences) {
+    if (!s.sample) continue;
+    if (counts[k] >= 2) {
+      t = tokens;
+      t[static_cast<std::size_t>(at)] = static_cast<TokenId>((t[static_cast<std::size_t>(at)] + 1) % 16);
+      bad.push_back({t, counts});
+    }
+    at += counts[k++];
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("complete(): a rejected report leaves the scheduler, its pool and its trie exactly as they were",
+          "[serving][errors]") {
+  // Two schedulers run the same workload (LPM over a shared prefix, speculative drafts, a pool
+  // small enough to preempt); before each right report, the second is handed every bad report
+  // derived from it. Each must throw and change nothing observable, and the two must stay equal.
+  const inferkit::SchedulerConfig cfg{.max_batched_tokens = 12,
+                                      .max_sequences = 3,
+                                      .max_prefill_chunk = 5,
+                                      .policy = inferkit::SchedulingPolicy::kLongestPrefixMatch,
+                                      .starvation_iterations = 3};
+  test::ServeHarness a(4, 6, cfg), b(4, 6, cfg);
+  std::vector<inferkit::RequestParams> reqs;
+  for (int i = 0; i < 7; ++i) {
+    std::vector<TokenId> prompt{1, 2, 3, 4, 5};
+    for (int j = 0; j <= i % 3; ++j) prompt.push_back(static_cast<TokenId>(6 + i + j));
+    reqs.push_back(
+        {.prompt = prompt, .max_new_tokens = 7 + i % 4, .eos_token_ids = {15}, .seed = static_cast<std::uint64_t>(i)});
+  }
+  RequestId last = -1;
+  Index rejected = 0, speculative = 0;
+  const auto identity = [](test::ServeHarness& h) {
+    return [p = &h](RequestId id) { return p->params.at(id).identity; };
+  };
+  for (int it = 0; it < 200 && (it < 8 || !a.sched.idle()); ++it) {
+    if (it < 7) {
+      last = a.add(reqs[static_cast<std::size_t>(it)]);
+      REQUIRE(b.add(reqs[static_cast<std::size_t>(it)]) == last);
+    }
+    for (test::ServeHarness* h : {&a, &b})  // drafts: the first running request guesses two tokens
+      for (RequestId id : h->sched.running_ids())
+        if (h->sched.info(id).state == RequestState::kDecoding) {
+          h->sched.set_draft(id, std::vector<TokenId>{static_cast<TokenId>(it % 16), 3});
+          break;
+        }
+    auto& pa = a.sched.schedule();
+    auto& pb = b.sched.schedule();
+    REQUIRE(pa.token_ids == pb.token_ids);
+    if (pa.empty()) continue;
+    const auto [ta, ca] = test::run_plan(a.pool, pa, identity(a), test::ServeHarness::kVocab);
+    const auto [tb, cb] = test::run_plan(b.pool, pb, identity(b), test::ServeHarness::kVocab);
+    REQUIRE(ta == tb);
+    for (const auto& s : pb.sequences) speculative += s.draft_tokens > 0 ? 1 : 0;
+    for (const auto& [bt, bc] : bad_reports(pb, tb, cb)) {
+      const Observed before = observe(b, last);
+      CHECK_THROWS_AS(b.sched.complete(bt, bc), std::invalid_argument);
+      REQUIRE(observe(b, last) == before);
+      ++rejected;
+    }
+    const auto fa = a.sched.complete(ta, ca);
+    const auto fb = b.sched.complete(tb, cb);
+    REQUIRE(fa.size() == fb.size());
+    for (std::size_t i = 0; i < fa.size(); ++i) {
+      CHECK(fa[i].output == fb[i].output);
+      a.done.emplace(fa[i].id, fa[i]);
+      b.done.emplace(fb[i].id, fb[i]);
+    }
+    REQUIRE(observe(a, last) == observe(b, last));
+  }
+  CHECK(a.sched.idle());
+  CHECK(b.sched.idle());
+  CHECK(a.sched.stats().preemptions > 0);  // the workload reached the interesting states
+  CHECK(speculative > 0);
+  CHECK(rejected > 50);
+  for (RequestId id = 0; id <= last; ++id) CHECK(b.matches_alone(id));
 }

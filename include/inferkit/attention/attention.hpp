@@ -292,38 +292,17 @@ requires(std::is_same_v<std::remove_const_t<K>, std::remove_const_t<V>> &&
   attention_varlen<T>(q, cu_q, Tensor3View<const T>(k), Tensor3View<const T>(v), cu_k, out, MatrixView<float>{}, opt);
 }
 
-namespace detail {
+/// Query offsets of a batch: a contiguous range (std::vector, std::span, std::array) of
+/// std::int32_t or Index (std::ptrdiff_t, as serving's BatchPlan::cu_q holds them).
+template <class Offsets>
+concept QueryOffsets = std::ranges::contiguous_range<const Offsets&> && std::ranges::sized_range<const Offsets&> &&
+    (std::is_same_v<std::ranges::range_value_t<Offsets>, std::int32_t> ||
+     std::is_same_v<std::ranges::range_value_t<Offsets>, Index>);
 
-/// attention_batch for either offset type.
-template <class Offset, class Sources>
-void attention_batch_impl(Tensor3View<const float> q, std::span<const Offset> cu_q, const Sources& kv,
-                          Tensor3View<float> out, MatrixView<float> lse, const AttentionOptions& opt) {
-  using S = std::ranges::range_value_t<Sources>;
-  const std::span<const S> sources(std::ranges::data(kv), std::ranges::size(kv));
-  const auto batch = static_cast<Index>(sources.size());
-  require(static_cast<Index>(cu_q.size()) == batch + 1, "cu_q.size()", cu_q.size(),
-          "must equal the number of KV sources + 1 (" + std::to_string(batch + 1) + ")");
-  const Index hkv = batch > 0 ? sources[0].num_kv_heads() : q.dim1();
-  const Index head_dim = batch > 0 ? sources[0].head_dim() : q.dim2();
-  for (Index b = 1; b < batch; ++b) {
-    const S& s = sources[static_cast<std::size_t>(b)];
-    require(s.num_kv_heads() == hkv, "kv[" + std::to_string(b) + "].num_kv_heads()", s.num_kv_heads(),
-            "must equal kv[0].num_kv_heads() (" + std::to_string(hkv) + ")");
-    require(s.head_dim() == head_dim, "kv[" + std::to_string(b) + "].head_dim()", s.head_dim(),
-            "must equal kv[0].head_dim() (" + std::to_string(head_dim) + ")");
-  }
-  const ProblemBuilder builder(q, out, lse, hkv, head_dim, opt);
-  validate_offsets(cu_q, "cu_q", q.dim0(), "q.dim0()");
-  std::vector<SequenceTask<S>> tasks;
-  tasks.reserve(static_cast<std::size_t>(batch));
-  for (Index b = 0; b < batch; ++b) {
-    const S& s = sources[static_cast<std::size_t>(b)];
-    tasks.push_back({builder.sequence(cu_q[b], cu_q[b + 1] - cu_q[b], last_position(s)), &s});
-  }
-  run_attention<S>(tasks, hkv, opt);
-}
-
-}  // namespace detail
+/// KV sources of a batch: a contiguous range of one KvSource type.
+template <class Sources>
+concept KvSourceRange = std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
+    KvSource<std::ranges::range_value_t<Sources>>;
 
 /// Attention of a batch whose sequences each bring their own KV source, in one parallel pass:
 /// the attention step of continuous batching, where one iteration runs prefill chunks of some
@@ -349,6 +328,7 @@ void attention_batch_impl(Tensor3View<const float> q, std::span<const Offset> cu
 ///
 /// @param q     queries [total_q, Hq, d]
 /// @param cu_q  batch + 1 non-decreasing query offsets, cu_q[0] = 0, cu_q.back() = total_q
+///              (std::int32_t or Index elements: QueryOffsets)
 /// @param kv    one KV source per sequence (cu_q.size() - 1 of them); read only
 /// @param out   output [total_q, Hq, d]
 /// @param lse   optional [total_q, Hq] log-sum-exp (natural log), or an empty view
@@ -358,41 +338,45 @@ void attention_batch_impl(Tensor3View<const float> q, std::span<const Offset> cu
 ///         Hkv, shapes of q / out / lse, query_positions.size() != total_q, bad options.
 /// Thread-safety: reads q and the sources, writes only out and lse; concurrent calls on
 /// distinct outputs are safe.
-template <class Sources>
-requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
-    KvSource<std::ranges::range_value_t<Sources>>
-void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, const Sources& kv,
-                     Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
-  detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
-}
-
-/// attention_batch with Index (std::ptrdiff_t) query offsets, as serving's BatchPlan::cu_q
-/// holds them; otherwise identical (same parameters, errors and thread-safety).
-template <class Sources>
-requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
-    KvSource<std::ranges::range_value_t<Sources>>
-void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv, Tensor3View<float> out,
+template <class Offsets, class Sources>
+requires QueryOffsets<Offsets> && KvSourceRange<Sources>
+void attention_batch(Tensor3View<const float> q, const Offsets& cu_q, const Sources& kv, Tensor3View<float> out,
                      MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
-  detail::attention_batch_impl(q, cu_q, kv, out, lse, opt);
+  using I = std::ranges::range_value_t<Offsets>;
+  using S = std::ranges::range_value_t<Sources>;
+  const std::span<const I> cu(std::ranges::data(cu_q), std::ranges::size(cu_q));
+  const std::span<const S> sources(std::ranges::data(kv), std::ranges::size(kv));
+  const auto batch = static_cast<Index>(sources.size());
+  require(static_cast<Index>(cu.size()) == batch + 1, "cu_q.size()", cu.size(),
+          "must equal the number of KV sources + 1 (" + std::to_string(batch + 1) + ")");
+  const Index hkv = batch > 0 ? sources[0].num_kv_heads() : q.dim1();
+  const Index head_dim = batch > 0 ? sources[0].head_dim() : q.dim2();
+  for (Index b = 1; b < batch; ++b) {
+    const S& s = sources[static_cast<std::size_t>(b)];
+    require(s.num_kv_heads() == hkv, "kv[" + std::to_string(b) + "].num_kv_heads()", s.num_kv_heads(),
+            "must equal kv[0].num_kv_heads() (" + std::to_string(hkv) + ")");
+    require(s.head_dim() == head_dim, "kv[" + std::to_string(b) + "].head_dim()", s.head_dim(),
+            "must equal kv[0].head_dim() (" + std::to_string(head_dim) + ")");
+  }
+  const detail::ProblemBuilder builder(q, out, lse, hkv, head_dim, opt);
+  detail::validate_offsets(cu, "cu_q", q.dim0(), "q.dim0()");
+  std::vector<detail::SequenceTask<S>> tasks;
+  tasks.reserve(static_cast<std::size_t>(batch));
+  for (Index b = 0; b < batch; ++b) {
+    const S& s = sources[static_cast<std::size_t>(b)];
+    tasks.push_back({builder.sequence(cu[b], cu[b + 1] - cu[b], last_position(s)), &s});
+  }
+  detail::run_attention<S>(tasks, hkv, opt);
 }
 
-/// attention_batch() without the LSE output (int32_t query offsets):
-/// `attention_batch(q, cu_q, sources, out, {.batch_invariant = true})`.
-template <class Sources>
-requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
-    KvSource<std::ranges::range_value_t<Sources>>
-void attention_batch(Tensor3View<const float> q, std::span<const std::int32_t> cu_q, const Sources& kv,
-                     Tensor3View<float> out, const AttentionOptions& opt) {
-  detail::attention_batch_impl(q, cu_q, kv, out, MatrixView<float>{}, opt);
-}
-
-/// attention_batch() without the LSE output (Index query offsets, as BatchPlan::cu_q).
-template <class Sources>
-requires std::ranges::contiguous_range<const Sources&> && std::ranges::sized_range<const Sources&> &&
-    KvSource<std::ranges::range_value_t<Sources>>
-void attention_batch(Tensor3View<const float> q, std::span<const Index> cu_q, const Sources& kv, Tensor3View<float> out,
+/// attention_batch() without the LSE output:
+/// `attention_batch(q, cu_q, sources, out, {.batch_invariant = true})`. Same semantics, errors
+/// and thread-safety.
+template <class Offsets, class Sources>
+requires QueryOffsets<Offsets> && KvSourceRange<Sources>
+void attention_batch(Tensor3View<const float> q, const Offsets& cu_q, const Sources& kv, Tensor3View<float> out,
                      const AttentionOptions& opt) {
-  detail::attention_batch_impl(q, cu_q, kv, out, MatrixView<float>{}, opt);
+  attention_batch(q, cu_q, kv, out, MatrixView<float>{}, opt);
 }
 
 }  // namespace inferkit

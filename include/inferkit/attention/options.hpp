@@ -1,5 +1,6 @@
 #pragma once
-// Options shared by every attention entry point, and the mask rules they imply.
+// Options shared by every attention entry point, and the score and mask rules they imply (the
+// kernels apply them through one rule, detail/score_rule.hpp).
 //
 // Positions: each key carries a position (from its KV block); query row i of Tq sits at
 // query_positions[i] when given, else bottom-right aligned: last_key_position - (Tq - 1 - i),
@@ -87,29 +88,6 @@ struct AttentionOptions {
 };
 
 namespace detail {
-
-/// How a tile of keys relates to a tile of queries under the mask.
-enum class TileVisibility { kNone, kPartial, kAll };
-
-struct MaskRule {
-  bool causal = true;
-  Index window = 0;
-
-  bool visible(std::int64_t q_pos, std::int64_t k_pos) const {
-    if (causal && k_pos > q_pos) return false;
-    if (window > 0 && q_pos - k_pos >= window) return false;
-    return true;
-  }
-
-  /// Classifies keys with positions in [k_min, k_max] against queries in [q_min, q_max].
-  TileVisibility classify(std::int64_t q_min, std::int64_t q_max, std::int64_t k_min, std::int64_t k_max) const {
-    if (causal && k_min > q_max) return TileVisibility::kNone;
-    if (window > 0 && q_min - k_max >= window) return TileVisibility::kNone;
-    const bool causal_all = !causal || k_max <= q_min;
-    const bool window_all = window <= 0 || q_max - k_min < window;
-    return causal_all && window_all ? TileVisibility::kAll : TileVisibility::kPartial;
-  }
-};
 
 inline void validate_options(const AttentionOptions& o, Index num_q_heads) {
   if (o.scale) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "inferkit/attention/alibi.hpp"
+#include "inferkit/attention/detail/score_rule.hpp"
 #include "inferkit/attention/gqa.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/attention/options.hpp"

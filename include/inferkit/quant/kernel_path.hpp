@@ -3,7 +3,8 @@
 // time (like the rest of inferkit): a build with AVX-512 F/BW/VL + VNNI has the VNNI path, a
 // build with AVX2 + FMA + F16C the AVX2 path, every build the scalar path (the only one under
 // INFERKIT_FORCE_SCALAR or without -march). `kAuto` takes the widest; tests force each path
-// the build has and compare all of them with the fp64 reference.
+// the build has and compare all of them with the fp64 reference. The kernels turn the path into
+// code in one place: detail/kernel_dispatch.hpp (on_quant_path).
 //
 // Integer products are exact on every path, so W8A8 results are bitwise identical across
 // paths; float-activation matrix-vector products sum in a path-dependent order.

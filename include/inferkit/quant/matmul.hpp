@@ -109,7 +109,7 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
 
   // Activation scales and codes.
   const Index Kp = w.padded_cols();
-  const bool offset = kernel == QuantKernel::kAvx512Vnni;
+  const bool offset = detail::w8a8_unsigned_activations(kernel);
   AlignedBuffer<std::int8_t> xq(static_cast<std::size_t>(M * Kp));
   std::vector<float> xs(static_cast<std::size_t>(M));
   const int threads = resolve_threads(options.threads);

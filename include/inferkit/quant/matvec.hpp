@@ -144,9 +144,7 @@ inline void matvec(const Int4Weights& w, std::span<const float> x, std::span<flo
   std::vector<float> d(static_cast<std::size_t>(nb)), dqg(static_cast<std::size_t>(w.groups_per_row()), 0.0f);
   std::vector<std::int32_t> qsum(static_cast<std::size_t>(nb));
   detail::quantize_blocks_q8(x.data(), K, Kp, kernel, q.data(), d.data(), qsum.data());
-#if defined(INFERKIT_QUANT_AVX512VNNI)
-  if (kernel == QuantKernel::kAvx512Vnni) detail::pair_q8_chunks(q.data(), Kp);  // the kernel's order
-#endif
+  detail::int4_q8_order(kernel, q.data(), Kp);
   for (Index b = 0; b < K / detail::kQ8Block + (K % detail::kQ8Block != 0); ++b)  // blocks holding features
     dqg[static_cast<std::size_t>(b / per)] +=
         d[static_cast<std::size_t>(b)] * static_cast<float>(qsum[static_cast<std::size_t>(b)]);

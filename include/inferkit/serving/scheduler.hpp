@@ -32,104 +32,43 @@
 // Per iteration the work is O(running + admitted) (plus log(waiting) per queue update and a
 // bounded number of LPM hint refreshes), never a scan of the cache or of all waiting requests.
 // Single-threaded: no method may run concurrently with another.
+//
+// Example (one engine iteration; `forward` runs the model on the plan and samples its rows):
+//   Scheduler<float> sched(pool, &trie, {.max_batched_tokens = 512, .max_sequences = 32});
+//   const RequestId id = sched.add_request({.prompt = prompt, .max_new_tokens = 64});
+//   while (!sched.idle()) {
+//     BatchPlan<float>& plan = sched.schedule();
+//     const std::vector<TokenId> sampled = forward(plan);  // one token per plan.logit_rows entry
+//     for (const FinishedRequest& f : sched.complete(sampled)) ...
+//   }
+//
+// Pieces: the limits and policy (serving/scheduler_config.hpp), what it reports
+// (serving/scheduler_info.hpp), the waiting queue (serving/admission_queue.hpp), a request and
+// its stop rules (serving/request.hpp), the plan (serving/batch_plan.hpp).
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
+#include <stdexcept>
 #include <string>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "inferkit/core/error.hpp"
+#include "inferkit/core/token.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/kv/block_pool.hpp"
 #include "inferkit/kv/block_table.hpp"
 #include "inferkit/kv/prefix_trie.hpp"
-#include "inferkit/sampling/logits.hpp"
+#include "inferkit/serving/admission_queue.hpp"
 #include "inferkit/serving/batch_plan.hpp"
 #include "inferkit/serving/request.hpp"
+#include "inferkit/serving/scheduler_config.hpp"
+#include "inferkit/serving/scheduler_info.hpp"
 
 namespace inferkit {
-
-/// Order in which waiting requests are admitted.
-enum class SchedulingPolicy {
-  kFcfs,                ///< arrival order (a preempted request keeps its arrival rank, so it resumes first)
-  kLongestPrefixMatch,  ///< most cached prefix tokens first (SGLang `lpm`), ties by arrival; anti-starvation bound
-};
-
-/// Scheduler limits and policy (designated initializers; validated by the constructor).
-struct SchedulerConfig {
-  Index max_batched_tokens = 2048;  ///< token budget: rows fed per iteration (>= max_sequences)
-  Index max_sequences = 256;        ///< running requests at most (each gets a decode row every iteration)
-  Index max_prefill_chunk = 0;      ///< prefill tokens per request per iteration; 0 = the remaining budget
-  /// Prefill tokens per iteration over all requests (SGLang's chunked_prefill_size, the prefill
-  /// share of Sarathi-Serve's token budget); 0 = the token budget. Bounds an iteration's prefill
-  /// work, hence the time between tokens of the requests decoding beside it. Chunked prefill only.
-  Index max_prefill_tokens = 0;
-  bool chunked_prefill = true;  ///< false: a prefill runs whole in one iteration (the unchunked baseline)
-  /// > 1: a prefill chunk that does not finish its pending tokens ends at a multiple of this
-  /// many tokens of the sequence (it may then wait an iteration). Per-channel quantized keys
-  /// (KIVI pages) need it = the key group: a chunk's groups are then complete, so quantized,
-  /// before the chunk attends, as in a one-shot prefill; without it a query attends float keys
-  /// a one-shot prefill would have quantized. Needs max_batched_tokens >= max_sequences +
-  /// alignment - 1 and max_prefill_chunk 0 or >= alignment, so a prefill always progresses.
-  Index prefill_chunk_alignment = 0;
-  SchedulingPolicy policy = SchedulingPolicy::kFcfs;  ///< admission order of waiting requests
-  /// LPM: a request that has waited more than this many iterations is admitted first (in the
-  /// order it started waiting), ahead of longer matches.
-  Index starvation_iterations = 64;
-  /// LPM: cached-prefix hints refreshed per iteration (round robin over the waiting queue; a
-  /// hint is also computed when a request starts waiting). Bounds the per-iteration cost.
-  Index lpm_refresh_per_iteration = 16;
-};
-
-/// Options of one schedule() call.
-struct ScheduleOptions {
-  /// Speculative decoding with drafts the caller writes itself: decode rows of requests without
-  /// set_draft() tokens get up to this many draft slots (kDraftSlot) after their last token.
-  Index reserve_draft_tokens = 0;
-};
-
-/// A request's current state.
-enum class RequestState {
-  kWaiting,     ///< queued (new or preempted); holds no KV
-  kPrefilling,  ///< running, still feeding prompt (or prompt + generated after a preemption)
-  kDecoding,    ///< running, one token per iteration (plus drafts)
-};
-
-/// Counters since construction.
-struct SchedulerStats {
-  std::uint64_t iterations = 0;             ///< schedule() calls
-  std::uint64_t admissions = 0;             ///< admissions (first and after preemption)
-  std::uint64_t preemptions = 0;            ///< running requests preempted (recomputed later)
-  std::uint64_t finished = 0;               ///< requests that met a stop rule
-  std::uint64_t cancelled = 0;              ///< cancel() calls that found a request
-  std::uint64_t prefill_tokens = 0;         ///< prefill rows scheduled (computed)
-  std::uint64_t cached_tokens = 0;          ///< prefill tokens skipped at admission thanks to the prefix trie
-  std::uint64_t decode_tokens = 0;          ///< decode rows scheduled (without drafts)
-  std::uint64_t draft_tokens = 0;           ///< draft rows scheduled
-  std::uint64_t accepted_draft_tokens = 0;  ///< draft tokens accepted in complete()
-  std::uint64_t evicted_pages = 0;          ///< trie pages evicted for room
-};
-
-/// A snapshot of one request.
-template <class T = float>
-struct RequestInfo {
-  RequestState state = RequestState::kWaiting;  ///< waiting, prefilling or decoding
-  Index prompt_tokens = 0;                      ///< prompt length
-  std::span<const TokenId> generated{};         ///< generated tokens so far (valid until the next call)
-  /// Leading tokens whose K/V its table holds as of the last complete() (0 while waiting); a
-  /// plan in flight has committed room for its rows beyond these.
-  Index cached_tokens = 0;
-  Index pinned_tokens = 0;               ///< tokens of its trie path it pins (matched prefix plus pages it fed)
-  Index preemptions = 0;                 ///< times it was preempted so far
-  Index waited_iterations = 0;           ///< iterations it has been passed over since it last started waiting
-  const BlockTable<T>* table = nullptr;  ///< its KV while running, else nullptr
-};
 
 /// The scheduler over a block pool and, optionally, a prefix trie on the same pool (both owned
 /// by the caller and outliving the scheduler; the scheduler is their only writer while it
@@ -144,32 +83,8 @@ class Scheduler {
 
   /// `trie` may be nullptr (no prefix caching). Throws std::invalid_argument for a bad config
   /// or a trie whose page size differs from the pool's.
-  Scheduler(Pool& pool, Trie* trie, SchedulerConfig config) : pool_(&pool), trie_(trie), c_(config) {
-    require(c_.max_sequences >= 1, "max_sequences", c_.max_sequences, "must be >= 1");
-    require(c_.max_batched_tokens >= c_.max_sequences, "max_batched_tokens", c_.max_batched_tokens,
-            "must be >= max_sequences (" + std::to_string(c_.max_sequences) +
-                "), so every running request's decode row fits");
-    require(c_.max_prefill_chunk >= 0, "max_prefill_chunk", c_.max_prefill_chunk,
-            "must be >= 0 (0: the remaining budget)");
-    require(c_.max_prefill_tokens >= 0, "max_prefill_tokens", c_.max_prefill_tokens,
-            "must be >= 0 (0: the token budget)");
-    require(c_.max_prefill_tokens == 0 || c_.chunked_prefill, "max_prefill_tokens", c_.max_prefill_tokens,
-            "needs chunked_prefill (an unchunked prefill runs whole)");
-    require(c_.prefill_chunk_alignment >= 0, "prefill_chunk_alignment", c_.prefill_chunk_alignment,
-            "must be >= 0 (0 or 1: none)");
-    if (c_.prefill_chunk_alignment > 1 && c_.chunked_prefill) {
-      const Index a = c_.prefill_chunk_alignment;
-      require(c_.max_batched_tokens >= c_.max_sequences + a - 1, "max_batched_tokens", c_.max_batched_tokens,
-              "must be >= max_sequences + prefill_chunk_alignment - 1 (" + std::to_string(c_.max_sequences + a - 1) +
-                  "), so a prefilling request always has room for an aligned chunk");
-      require(c_.max_prefill_chunk == 0 || c_.max_prefill_chunk >= a, "max_prefill_chunk", c_.max_prefill_chunk,
-              "must be 0 or >= prefill_chunk_alignment (" + std::to_string(a) + ")");
-      require(c_.max_prefill_tokens == 0 || c_.max_prefill_tokens >= a, "max_prefill_tokens", c_.max_prefill_tokens,
-              "must be 0 or >= prefill_chunk_alignment (" + std::to_string(a) + ")");
-    }
-    require(c_.starvation_iterations >= 0, "starvation_iterations", c_.starvation_iterations, "must be >= 0");
-    require(c_.lpm_refresh_per_iteration >= 0, "lpm_refresh_per_iteration", c_.lpm_refresh_per_iteration,
-            "must be >= 0");
+  Scheduler(Pool& pool, Trie* trie, SchedulerConfig config)
+      : pool_(&pool), trie_(trie), c_(validated(config)), queue_(c_.policy, c_.starvation_iterations) {
     if (trie_)
       require(trie_->page_size() == pool.page_size(), "trie page_size", trie_->page_size(),
               "must equal the pool's page_size (" + std::to_string(pool.page_size()) + ")");
@@ -189,7 +104,7 @@ class Scheduler {
   /// schedule() calls so far.
   Index iteration() const { return iteration_; }
   /// Requests waiting (new or preempted).
-  Index num_waiting() const { return static_cast<Index>(queue_.size()); }
+  Index num_waiting() const { return queue_.size(); }
   /// Requests running (prefilling or decoding; they hold KV).
   Index num_running() const { return static_cast<Index>(running_.size()); }
   /// No request waiting or running.
@@ -288,10 +203,10 @@ class Scheduler {
     // 3. Admissions, unless memory was so short that a running request was preempted (as vLLM:
     // admitting now would only be preempted again).
     const Index first_admission = static_cast<Index>(rows_.size());
-    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch) refresh_hints();
+    if (trie_) queue_.refresh(c_.lpm_refresh_per_iteration, [&](Record* r) { return cached_prefix(*r); });
     while (plan_.preempted.empty() && budget_ > 0 && static_cast<Index>(running_.size()) < c_.max_sequences) {
-      Record* r = next_candidate();
-      if (!r || !admit(*r)) break;
+      const std::optional<Record*> r = queue_.next(iteration_);
+      if (!r || !admit(**r)) break;
     }
     build_plan(first_admission);
     in_flight_ = !plan_.sequences.empty();
@@ -308,79 +223,8 @@ class Scheduler {
   /// std::logic_error without a plan in flight.
   std::vector<FinishedRequest> complete(std::span<const TokenId> tokens, std::span<const Index> counts = {}) {
     if (!in_flight_) throw std::logic_error("inferkit: complete() called without a scheduled plan in flight");
-    const Index sampled = plan_.num_sampled();
-    if (!counts.empty() && static_cast<Index>(counts.size()) != sampled)
-      throw_invalid_argument("counts.size()", counts.size(),
-                             "must be the plan's sampled sequences (" + std::to_string(sampled) + ")");
-    // Validate everything before changing anything.
-    Index at = 0, k = 0;
-    for (const auto& s : plan_.sequences) {
-      if (!s.sample) continue;
-      const Index c = counts.empty() ? 1 : counts[static_cast<std::size_t>(k)];
-      if (c < 1 || c > 1 + s.draft_tokens)
-        throw_invalid_argument(
-            "counts[" + std::to_string(k) + "]", c,
-            "request " + std::to_string(s.id) + " takes 1 to " + std::to_string(1 + s.draft_tokens) + " tokens");
-      if (at + c > static_cast<Index>(tokens.size()))
-        throw_invalid_argument("tokens.size()", tokens.size(), "is shorter than the counts of the sampled sequences");
-      for (Index j = 0; j < c; ++j) {
-        const TokenId t = tokens[static_cast<std::size_t>(at + j)];
-        if (t < 0) throw_invalid_argument("tokens[" + std::to_string(at + j) + "]", t, "token ids must be >= 0");
-        // Accepted drafts must be the drafts whose K/V the forward wrote.
-        if (j + 1 < c && t != s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)])
-          throw_invalid_argument(
-              "tokens[" + std::to_string(at + j) + "]", t,
-              "request " + std::to_string(s.id) + " fed draft " +
-                  std::to_string(s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)]) +
-                  " there: an accepted token must equal its draft");
-      }
-      at += c;
-      ++k;
-    }
-    if (at != static_cast<Index>(tokens.size()))
-      throw_invalid_argument("tokens.size()", tokens.size(),
-                             "must equal the sum of the counts (" + std::to_string(at) + ")");
-
-    std::vector<FinishedRequest> finished;
-    at = 0;
-    k = 0;
-    for (auto& s : plan_.sequences) {
-      Record& r = *plan_records_[static_cast<std::size_t>(&s - plan_.sequences.data())];
-      const Index c = !s.sample ? 0 : counts.empty() ? 1 : counts[static_cast<std::size_t>(k++)];
-      const std::span<const TokenId> got = tokens.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(c));
-      at += c;
-      r.row = -1;
-      r.draft.clear();
-      if (r.cancelled) {
-        drop(r);
-        continue;
-      }
-      if (!s.sample) {
-        r.computed = s.position + s.num_tokens;
-        feed_trie(r);
-        continue;
-      }
-      // The fed rows without drafts, plus the accepted drafts, hold valid K/V.
-      r.computed = s.position + s.num_tokens - s.draft_tokens + (c - 1);
-      stats_.accepted_draft_tokens += static_cast<std::uint64_t>(c - 1);
-      std::optional<StopMatch> stop;
-      for (TokenId t : got) {
-        r.tokens.push_back(t);
-        stop = check_stop(r.params, std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.prompt_len)));
-        if (stop) break;
-      }
-      r.computed = std::min(r.computed, static_cast<Index>(r.tokens.size()));
-      if (r.table.num_tokens() > r.computed) r.table.truncate(r.computed);
-      feed_trie(r);
-      if (stop) finished.push_back(finish(r, *stop));
-    }
-    // Finished and cancelled requests leave the running list in one pass.
-    std::erase_if(running_, [](const Record* r) { return r->gone; });
-    for (const auto& f : finished) records_.erase(f.id);
-    for (RequestId id : cancelled_in_flight_) records_.erase(id);
-    cancelled_in_flight_.clear();
-    in_flight_ = false;
-    return finished;
+    check_report(tokens, counts);  // const: a rejected report changes nothing
+    return apply_report(tokens, counts);
   }
 
   /// Cancels a request in any state and releases what it holds (KV blocks, trie pins); a
@@ -422,7 +266,7 @@ class Scheduler {
     i.cached_tokens = r.running ? r.computed : 0;
     i.pinned_tokens = r.trie_pages * page_;
     i.preemptions = r.preemptions;
-    i.waited_iterations = r.running ? 0 : std::max<Index>(0, iteration_ - r.enqueued_at);
+    i.waited_iterations = r.running ? 0 : queue_.passed_over(const_cast<Record*>(&r), iteration_ + 1);
     i.table = r.running ? &r.table : nullptr;
     return i;
   }
@@ -439,18 +283,7 @@ class Scheduler {
   /// requests first under LPM). O(waiting); for inspection.
   std::vector<RequestId> waiting_ids() const {
     std::vector<RequestId> ids;
-    std::vector<const Record*> seen;
-    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch)
-      for (const auto& e : aging_) {
-        const Record* r = std::get<2>(e);
-        if (iteration_ - r->enqueued_at <= c_.starvation_iterations) break;  // as the next schedule() will see it
-        ids.push_back(r->id);
-        seen.push_back(r);
-      }
-    for (const auto& e : queue_) {
-      const Record* r = std::get<2>(e);
-      if (std::find(seen.begin(), seen.end(), r) == seen.end()) ids.push_back(r->id);
-    }
+    for (const Record* r : queue_.order(iteration_ + 1)) ids.push_back(r->id);  // as the next schedule() sees it
     return ids;
   }
 
@@ -467,8 +300,6 @@ class Scheduler {
     Index trie_pages = 0;  // pages of tokens on the pinned trie path
     bool running = false, cancelled = false, gone = false;
     std::uint64_t arrival = 0, admitted = 0;
-    Index enqueued_at = 0;  // iteration_ when it last started waiting
-    Index hint = 0;         // LPM: cached prefix tokens when last looked up
     std::vector<TokenId> draft;
     Index row = -1;  // its row in this iteration's plan
     Index preemptions = 0;
@@ -478,13 +309,93 @@ class Scheduler {
     Index position, n, drafts;
     bool prefill, removed;
   };
-  // Waiting queue keys: (policy rank, arrival, record); arrival is unique so records never compare.
-  using Key = std::tuple<Index, std::uint64_t, Record*>;
+  // complete(), step 1: every check of a report against the plan in flight, changing nothing
+  // (const), so a rejected report leaves the scheduler exactly as it was.
+  void check_report(std::span<const TokenId> tokens, std::span<const Index> counts) const {
+    const Index sampled = plan_.num_sampled();
+    if (!counts.empty() && static_cast<Index>(counts.size()) != sampled)
+      throw_invalid_argument("counts.size()", counts.size(),
+                             "must be the plan's sampled sequences (" + std::to_string(sampled) + ")");
+    Index at = 0, k = 0;
+    for (const auto& s : plan_.sequences) {
+      if (!s.sample) continue;
+      const Index c = counts.empty() ? 1 : counts[static_cast<std::size_t>(k)];
+      if (c < 1 || c > 1 + s.draft_tokens)
+        throw_invalid_argument(
+            "counts[" + std::to_string(k) + "]", c,
+            "request " + std::to_string(s.id) + " takes 1 to " + std::to_string(1 + s.draft_tokens) + " tokens");
+      if (at + c > static_cast<Index>(tokens.size()))
+        throw_invalid_argument("tokens.size()", tokens.size(), "is shorter than the counts of the sampled sequences");
+      for (Index j = 0; j < c; ++j) {
+        const TokenId t = tokens[static_cast<std::size_t>(at + j)];
+        if (t < 0) throw_invalid_argument("tokens[" + std::to_string(at + j) + "]", t, "token ids must be >= 0");
+        // Accepted drafts must be the drafts whose K/V the forward wrote.
+        if (j + 1 < c && t != s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)])
+          throw_invalid_argument(
+              "tokens[" + std::to_string(at + j) + "]", t,
+              "request " + std::to_string(s.id) + " fed draft " +
+                  std::to_string(s.tokens[static_cast<std::size_t>(s.num_tokens - s.draft_tokens + j)]) +
+                  " there: an accepted token must equal its draft");
+      }
+      at += c;
+      ++k;
+    }
+    if (at != static_cast<Index>(tokens.size()))
+      throw_invalid_argument("tokens.size()", tokens.size(),
+                             "must equal the sum of the counts (" + std::to_string(at) + ")");
+  }
 
+  // complete(), step 2: applies a report check_report() accepted (appends, stop rules, trie
+  // feeding, releases); no check left that could throw on the caller's input.
+  std::vector<FinishedRequest> apply_report(std::span<const TokenId> tokens, std::span<const Index> counts) {
+    std::vector<FinishedRequest> finished;
+    Index at = 0, k = 0;
+    for (auto& s : plan_.sequences) {
+      Record& r = *plan_records_[static_cast<std::size_t>(&s - plan_.sequences.data())];
+      const Index c = !s.sample ? 0 : counts.empty() ? 1 : counts[static_cast<std::size_t>(k++)];
+      const std::span<const TokenId> got = tokens.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(c));
+      at += c;
+      r.row = -1;
+      r.draft.clear();
+      if (r.cancelled) {
+        drop(r);
+        continue;
+      }
+      if (!s.sample) {
+        r.computed = s.position + s.num_tokens;
+        feed_trie(r);
+        continue;
+      }
+      // The fed rows without drafts, plus the accepted drafts, hold valid K/V.
+      r.computed = s.position + s.num_tokens - s.draft_tokens + (c - 1);
+      stats_.accepted_draft_tokens += static_cast<std::uint64_t>(c - 1);
+      std::optional<StopMatch> stop;
+      for (TokenId t : got) {
+        r.tokens.push_back(t);
+        stop = check_stop(r.params, std::span<const TokenId>(r.tokens).subspan(static_cast<std::size_t>(r.prompt_len)));
+        if (stop) break;
+      }
+      r.computed = std::min(r.computed, static_cast<Index>(r.tokens.size()));
+      if (r.table.num_tokens() > r.computed) r.table.truncate(r.computed);
+      feed_trie(r);
+      if (stop) finished.push_back(finish(r, *stop));
+    }
+    // Finished and cancelled requests leave the running list in one pass.
+    std::erase_if(running_, [](const Record* r) { return r->gone; });
+    for (const auto& f : finished) records_.erase(f.id);
+    for (RequestId id : cancelled_in_flight_) records_.erase(id);
+    cancelled_in_flight_.clear();
+    in_flight_ = false;
+    return finished;
+  }
+
+  static const SchedulerConfig& validated(const SchedulerConfig& c) {
+    validate_scheduler_config(c);
+    return c;
+  }
   static Index generated(const Record& r) { return static_cast<Index>(r.tokens.size()) - r.prompt_len; }
   static Index pending(const Record& r) { return static_cast<Index>(r.tokens.size()) - r.computed; }
   static bool is_decode(const Record& r) { return r.running && generated(r) > 0 && pending(r) == 1; }
-  Index waited(const Record& r) const { return std::max<Index>(0, iteration_ - 1 - r.enqueued_at); }
 
   Record& find(RequestId id, const char* what) const {
     const auto it = records_.find(id);
@@ -493,53 +404,14 @@ class Scheduler {
     return *it->second;
   }
 
-  Key queue_key(const Record& r) const {
-    const Index rank = c_.policy == SchedulingPolicy::kLongestPrefixMatch ? -r.hint : 0;
-    return {rank, r.arrival, const_cast<Record*>(&r)};
-  }
-  Key aging_key(const Record& r) const { return {r.enqueued_at, r.arrival, const_cast<Record*>(&r)}; }
+  // LPM: the cached prefix tokens of a waiting request (its admission hint).
+  Index cached_prefix(const Record& r) const { return trie_ ? trie_->peek(r.params.identity, r.tokens) : 0; }
 
   void enqueue(Record& r) {
-    r.enqueued_at = iteration_;
-    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch) {
-      r.hint = trie_ ? trie_->peek(r.params.identity, r.tokens) : 0;
-      aging_.insert(aging_key(r));
-    }
-    queue_.insert(queue_key(r));
+    const bool lpm = c_.policy == SchedulingPolicy::kLongestPrefixMatch;
+    queue_.push(&r, r.arrival, lpm ? cached_prefix(r) : 0, iteration_);
   }
-  void dequeue(Record& r) {
-    queue_.erase(queue_key(r));
-    // The refresh cursor may keep this key: upper_bound() of a departed key is still the next one.
-    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch) aging_.erase(aging_key(r));
-  }
-
-  // LPM: refresh a bounded number of cached-prefix hints, round robin in waiting order.
-  void refresh_hints() {
-    if (!trie_ || aging_.empty()) return;
-    Index left = std::min<Index>(c_.lpm_refresh_per_iteration, static_cast<Index>(aging_.size()));
-    auto it = refresh_cursor_ ? aging_.upper_bound(*refresh_cursor_) : aging_.begin();
-    for (; left > 0; --left) {
-      if (it == aging_.end()) it = aging_.begin();
-      Record& r = *std::get<2>(*it);
-      const Index h = trie_->peek(r.params.identity, r.tokens);
-      if (h != r.hint) {
-        queue_.erase(queue_key(r));
-        r.hint = h;
-        queue_.insert(queue_key(r));
-      }
-      refresh_cursor_ = *it;
-      ++it;
-    }
-  }
-
-  Record* next_candidate() {
-    if (queue_.empty()) return nullptr;
-    if (c_.policy == SchedulingPolicy::kLongestPrefixMatch) {
-      Record* oldest = std::get<2>(*aging_.begin());
-      if (waited(*oldest) > c_.starvation_iterations) return oldest;
-    }
-    return std::get<2>(*queue_.begin());
-  }
+  void dequeue(Record& r) { queue_.erase(&r); }
 
   // The next prefill chunk of a sequence with `start` tokens computed (aligned, see
   // prefill_chunk_alignment; may be 0).
@@ -764,10 +636,8 @@ class Scheduler {
   std::uint64_t admission_seq_ = 0;
   bool in_flight_ = false;
   std::unordered_map<RequestId, std::unique_ptr<Record>> records_;
-  std::vector<Record*> running_;  // admission order
-  std::set<Key> queue_;           // waiting, in policy order
-  std::set<Key> aging_;           // LPM: waiting, by (enqueued_at, arrival)
-  std::optional<Key> refresh_cursor_;
+  std::vector<Record*> running_;   // admission order
+  AdmissionQueue<Record*> queue_;  // waiting
   std::vector<Row> rows_;
   std::vector<Record*> plan_records_;  // the record of each plan sequence
   std::vector<RequestId> cancelled_in_flight_;

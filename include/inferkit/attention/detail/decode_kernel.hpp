@@ -19,6 +19,7 @@
 #include "inferkit/attention/detail/problem.hpp"
 #include "inferkit/attention/detail/reduced_decode.hpp"
 #include "inferkit/attention/detail/row_readers.hpp"
+#include "inferkit/attention/detail/score_rule.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/convert.hpp"
@@ -276,101 +277,6 @@ void with_tile_reader(const Rows& rows, Index c0, Index nc, Index d, bool in_pla
   }
 }
 
-/// Whether a row store holds plain bf16 rows.
-template <class Rows>
-constexpr bool bf16_rows() {
-  if constexpr (requires(const Rows& r) { r.direct_rows(); })
-    return std::is_same_v<std::remove_cvref_t<decltype(*std::declval<const Rows&>().direct_rows())>, BFloat16>;
-  else
-    return false;
-}
-
-/// The query the reduced arithmetic multiplies a store's keys with: q rounded to int8 per key
-/// group (per-token quantized keys) or to bf16 (bf16 keys), else q itself (reduced_decode.hpp).
-template <class Rows>
-const float* reduced_query(const Rows& keys, const float* q, Index Rp, Index Dp, Index d, ReducedScratch& rs) {
-  QueryRoundingKey key;
-  if constexpr (QuantizedRows<Rows>) {
-    const QuantRowsView v = keys.quantized_view();
-    if (!v.per_channel) key = {QueryRounding::kInt8, v.group_size, v.bits};
-  } else if constexpr (bf16_rows<Rows>()) {
-    key = {QueryRounding::kBf16, 0, 16};
-  }
-  if (key.kind == QueryRounding::kNone) return q;
-  if (!rs.have_query || !(rs.key == key)) round_query(q, Rp, Dp, d, key, rs);
-  return rs.qhat.data();
-}
-
-/// S^T of a tile by integer dot products where the keys allow (reduced_decode.hpp); false if
-/// the caller must run the float kernel (with the rounded query).
-template <class Rows>
-bool reduced_scores(const Rows& keys, Index c0, Index nc, Index d, Index Rp, float* st, ReducedScratch& rs) {
-#if INFERKIT_DETAIL_REDUCED_VNNI
-  if constexpr (QuantizedRows<Rows> && kReducedVnni) {
-    const QuantRowsView v = keys.quantized_view();
-    if (c0 + nc > v.tokens || !vnni_scores_apply(v, d) || rs.key.kind != QueryRounding::kInt8) return false;
-    if (v.bits == 8)
-      vnni_scores<8>(v, c0, nc, d, rs, Rp, st, rs);
-    else
-      vnni_scores<4>(v, c0, nc, d, rs, Rp, st, rs);
-    return true;
-  }
-#endif
-#if INFERKIT_DETAIL_REDUCED_BF16
-  if constexpr (bf16_rows<Rows>() && kReducedBf16) {
-    if (d % 32 != 0 || rs.key.kind != QueryRounding::kBf16) return false;
-    alignas(64) float lanes[16];
-    bf16_scores(keys.direct_rows() + c0 * keys.row_stride, keys.row_stride, nc, rs, Rp, d, st, lanes);
-    return true;
-  }
-#endif
-  (void)keys, (void)c0, (void)nc, (void)d, (void)Rp, (void)st, (void)rs;
-  return false;
-}
-
-/// o = o * alpha + P V of a tile by integer or bf16 dot products where the values allow; false
-/// if the caller must run the float kernel.
-template <class Rows>
-bool reduced_pv(const Rows& values, Index c0, Index nc, Index d, const float* st, Index Rp, Index R, const float* alpha,
-                float* o, Index Dp, ReducedScratch& rs) {
-#if INFERKIT_DETAIL_REDUCED_VNNI
-  if constexpr (QuantizedRows<Rows> && kReducedVnni) {
-    const QuantRowsView v = values.quantized_view();
-    if (c0 + nc > v.tokens || !vnni_pv_apply(v, d)) return false;
-    const Index groups = d / v.group_size;
-    if (!rs.perm_touched) {
-      rs.o_perm.resize(static_cast<std::size_t>(R * d));
-      rs.o_perm.fill(0.0f);
-      rs.zacc.resize(static_cast<std::size_t>(R * groups * 16));
-      rs.zacc.fill(0.0f);
-      rs.perm_groups = groups;
-      rs.perm_bits = v.bits;
-      rs.perm_touched = true;
-    } else if (rs.perm_groups != groups || rs.perm_bits != v.bits) {
-      return false;
-    }
-    if (rs.nat_touched)
-      for (Index r = 0; r < R; ++r)
-        for (Index j = 0; j < Dp; ++j) o[r * Dp + j] *= alpha[r];
-    if (v.bits == 8)
-      vnni_pv<8>(v, c0, nc, d, st, Rp, R, alpha, rs);
-    else
-      vnni_pv<4>(v, c0, nc, d, st, Rp, R, alpha, rs);
-    return true;
-  }
-#endif
-#if INFERKIT_DETAIL_REDUCED_BF16
-  if constexpr (bf16_rows<Rows>() && kReducedBf16) {
-    if (d % 64 != 0 || rs.perm_touched) return false;  // (bf16 values never have integer accumulators)
-    bf16_pv(values.direct_rows() + c0 * values.row_stride, values.row_stride, nc, st, Rp, R, alpha, o, d, rs);
-    rs.nat_touched = true;
-    return true;
-  }
-#endif
-  (void)values, (void)c0, (void)nc, (void)d, (void)st, (void)Rp, (void)R, (void)alpha, (void)o, (void)Dp, (void)rs;
-  return false;
-}
-
 /// Partial attention of all query rows of KV head g over source tokens [begin, end) (global
 /// token indices across blocks). Writes o [Rp][Dp] (unnormalized), m [Rp], l [Rp].
 template <KvSource S>
@@ -400,7 +306,7 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
     std::fill(qr, qr + Dp, 0.0f);
     if (r < R) {
       const float* src = p.q.ptr(r / G, g * G + r % G);
-      for (Index k = 0; k < d; ++k) qr[k] = src[k] * p.scale;
+      for (Index k = 0; k < d; ++k) qr[k] = p.score.scaled(src[k]);
     }
     m[r] = kNegInf;
     l[r] = 0.0f;
@@ -422,7 +328,7 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       const TokenPositions kp = blk.positions.offset(c0);
       std::int64_t k_lo = 0, k_hi = 0;
       position_range(kp, nc, k_lo, k_hi);
-      const TileVisibility vis = p.mask.classify(q_lo, q_hi, k_lo, k_hi);
+      const TileVisibility vis = p.score.mask.classify(q_lo, q_hi, k_lo, k_hi);
       if (vis == TileVisibility::kNone) continue;
 
       // S^T = K q^T, reading the store's own rows where they widen or dequantize in registers;
@@ -432,21 +338,19 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
         with_tile_reader(blk.keys, c0, nc, d, in_place, ws.kbuf, ws.kstep, ws.kzero, ws,
                          [&](const auto& reader) { decode_scores(reader, nc, qk, Rp, Dp, st, lanes); });
 
-      // Soft-cap, ALiBi and mask, then the online-softmax update of every row.
-      if (p.softcap > 0.0f) {
-        const VecF cap = simd::broadcast(p.softcap), inv = simd::broadcast(1.0f / p.softcap);
-        for (Index i = 0; i < nc * Rp; i += W) simd::store(st + i, cap * simd::tanh(simd::load(st + i) * inv));
+      // The score rule (soft-cap, ALiBi, mask: score_rule.hpp), then the online-softmax update.
+      const ScoreRule& rule = p.score;
+      if (rule.capped()) {
+        const ScoreVectors rv = rule.vectors();
+        for (Index i = 0; i < nc * Rp; i += W) simd::store(st + i, ScoreRule::soft_cap(simd::load(st + i), rv));
       }
-      if (p.slopes || vis == TileVisibility::kPartial) {
+      const bool partial = vis == TileVisibility::kPartial;
+      if (rule.slopes || partial) {
         for (Index c = 0; c < nc; ++c) {
           const std::int64_t kpos = kp[c];
           for (Index r = 0; r < R; ++r) {
-            const std::int64_t qp = p.q_pos[r / G];
             float& sc = st[c * Rp + r];
-            if (vis == TileVisibility::kPartial && !p.mask.visible(qp, kpos))
-              sc = kNegInf;
-            else if (p.slopes)
-              sc -= p.slopes[g * G + r % G] * static_cast<float>(qp - kpos);
+            sc = rule.biased_or_masked(sc, g * G + r % G, p.q_pos[r / G], kpos, partial);
           }
         }
       }
@@ -456,15 +360,7 @@ void decode_partial(const SequenceProblem& p, const S& kv, Index g, Index begin,
       // 8- and 4-bit values, accumulated apart and folded into o at the end).
       const float* alpha = ws.alpha.data();
       if (p.reduced && reduced_pv(blk.values, c0, nc, d, st, Rp, R, alpha, o, Dp, rs)) continue;
-      if (rs.perm_touched) {
-        for (Index r = 0; r < R; ++r) {
-          for (Index j = 0; j < d; ++j) rs.o_perm[static_cast<std::size_t>(r * d + j)] *= alpha[r];
-          for (Index j = 0; j < rs.perm_groups * 16; ++j)
-            rs.zacc[static_cast<std::size_t>(r * rs.perm_groups * 16 + j)] *= alpha[r];
-        }
-      }
-      if (p.reduced && bf16_rows<decltype(blk.values)>()) round_bf16_inplace(st, nc * Rp);
-      rs.nat_touched = true;
+      if (p.reduced) reduced_before_exact_pv(blk.values, st, nc, Rp, R, d, alpha, rs);
       with_tile_reader(blk.values, c0, nc, d, in_place, ws.vbuf, ws.vstep, ws.vzero, ws,
                        [&](const auto& reader) { decode_pv(o, Dp, st, Rp, alpha, R, reader, nc); });
     }

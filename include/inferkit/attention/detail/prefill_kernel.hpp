@@ -20,6 +20,7 @@
 #include "inferkit/attention/detail/key_tiles.hpp"
 #include "inferkit/attention/detail/lanes_gemm.hpp"
 #include "inferkit/attention/detail/problem.hpp"
+#include "inferkit/attention/detail/score_rule.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/online_softmax.hpp"
@@ -68,23 +69,22 @@ inline void lanes_begin(const SequenceProblem& p, const LanesRows& u, PrefillScr
   for (Index r = 0; r < Rp; ++r) {
     if (r < u.R) {
       const float* qrow = p.q.ptr(u.t0 + r / G, u.g * G + r % G);
-      for (Index k = 0; k < d; ++k) qt[k * Rp + r] = qrow[k] * p.scale;
+      for (Index k = 0; k < d; ++k) qt[k * Rp + r] = p.score.scaled(qrow[k]);
     } else {
       for (Index k = 0; k < d; ++k) qt[k * Rp + r] = 0.0f;
     }
     ws.m[r] = kNegInf;
     ws.l[r] = 0.0f;
-    ws.slope[r] = (p.slopes && r < u.R) ? p.slopes[u.g * G + r % G] : 0.0f;
+    ws.slope[r] = r < u.R ? p.score.slope(u.g * G + r % G) : 0.0f;
   }
 }
 
 /// The online softmax over the key tiles of tokens [begin, end) for the unit's rows: per visible
-/// tile, S^T = K Q^T, soft-cap, ALiBi and mask, then the statistics update; P^T [nc][Rp] is left
-/// in ws.st and the rescale factors in ws.alpha for `pv(tiles, nc)` to apply O = O * alpha + P V.
-/// With merge_every > 0, `boundary()` runs before the first tile at each multiple of
-/// merge_every past `begin` (the batch-invariant mode folds its state there). A tile fully
-/// masked for some rows leaves their state bit for bit as it was (alpha = exp(0) = 1, every
-/// weight exactly 0), so skipping tiles no row sees changes nothing either.
+/// tile, S^T = K Q^T, the score rule (soft-cap, ALiBi, mask: score_rule.hpp), then the statistics update; P^T [nc][Rp]
+/// is left in ws.st and the rescale factors in ws.alpha for `pv(tiles, nc)` to apply O = O * alpha + P V. With
+/// merge_every > 0, `boundary()` runs before the first tile at each multiple of merge_every past `begin` (the
+/// batch-invariant mode folds its state there). A tile fully masked for some rows leaves their state bit for bit as it
+/// was (alpha = exp(0) = 1, every weight exactly 0), so skipping tiles no row sees changes nothing either.
 template <KvSource S, class PV, class Boundary>
 void lanes_sweep(const SequenceProblem& p, const S& kv, const LanesRows& u, Index begin, Index end, Index merge_every,
                  PrefillScratch& ws, PV&& pv, Boundary&& boundary) {
@@ -95,10 +95,9 @@ void lanes_sweep(const SequenceProblem& p, const S& kv, const LanesRows& u, Inde
   std::int64_t q_lo = 0, q_hi = 0;
   position_range(p.q_pos.offset(u.t0), ceil_div(R, G), q_lo, q_hi);
 
-  const bool softcap = p.softcap > 0.0f;
-  const VecF cap = simd::broadcast(p.softcap), inv_cap = simd::broadcast(softcap ? 1.0f / p.softcap : 0.0f);
-  const VecF vneg_inf = simd::broadcast(kNegInf), vzero = simd::broadcast(0.0f);
-  const VecF vwindow = simd::broadcast(static_cast<float>(p.mask.window));
+  const ScoreRule& rule = p.score;
+  const ScoreVectors rv = rule.vectors();
+  const VecF vneg_inf = rv.neg_inf, vzero = rv.zero;
 
   KeyTileWalker<S> tiles(kv, u.g, begin, end, kPrefillKeyTile);
   while (tiles.next()) {
@@ -106,15 +105,15 @@ void lanes_sweep(const SequenceProblem& p, const S& kv, const LanesRows& u, Inde
     Index nc = tiles.count();
     const TokenPositions kp = tiles.positions(ws.kpos.data());
     // Trailing keys after every row's position (the causal diagonal) would only add exact zeros.
-    if (p.mask.causal)
+    if (rule.mask.causal)
       while (nc > 0 && kp[nc - 1] > q_hi) --nc;
     if (nc == 0) continue;
     std::int64_t k_lo = 0, k_hi = 0;
     position_range(kp, nc, k_lo, k_hi);
-    const TileVisibility vis = p.mask.classify(q_lo, q_hi, k_lo, k_hi);
+    const TileVisibility vis = rule.mask.classify(q_lo, q_hi, k_lo, k_hi);
     if (vis == TileVisibility::kNone) continue;
     const bool partial = vis == TileVisibility::kPartial;
-    const bool positional = partial || p.slopes;
+    const bool positional = partial || rule.slopes;
     // Positions relative to the tile's smallest key, as floats: exact while the tile's keys and
     // a row's query lie within 2^23 of it (then every difference k - p is an exact float too). A
     // group of rows where they do not (explicit positions far apart) takes the per-lane path,
@@ -141,22 +140,19 @@ void lanes_sweep(const SequenceProblem& p, const S& kv, const LanesRows& u, Inde
       for (Index c = 0; c < nc; ++c) {
         float* sp = st + c * Rp + r0;
         VecF s = simd::load(sp);
-        if (softcap) s = cap * simd::tanh(s * inv_cap);
+        if (rule.capped()) s = ScoreRule::soft_cap(s, rv);
         if (positional && !group_exact) {
           for (Index i = 0; i < W; ++i) {
             const std::int64_t qp = row_pos(r0 + i);
             ws.dist[i] = static_cast<float>(std::int64_t{kp[c]} - qp);
-            ws.seen[i] = !partial || p.mask.visible(qp, kp[c]) ? 1.0f : 0.0f;
+            ws.seen[i] = !partial || rule.mask.visible(qp, kp[c]) ? 1.0f : 0.0f;
           }
-          if (p.slopes) s = simd::fma(slope, simd::load(ws.dist.data()), s);
-          if (partial) s = simd::select(vzero < simd::load(ws.seen.data()), s, vneg_inf);
+          if (rule.slopes) s = ScoreRule::alibi(s, slope, simd::load(ws.dist.data()));
+          if (partial) s = ScoreRule::mask_lanes(s, simd::load(ws.seen.data()), rv);
         } else if (positional) {
           const VecF rk = simd::broadcast(ws.relk[c]);
-          if (p.slopes) s = simd::fma(slope, rk - dq, s);  // -slope * (q_pos - k_pos)
-          if (partial) {
-            if (p.mask.causal) s = simd::select(rk <= dq, s, vneg_inf);
-            if (p.mask.window > 0) s = simd::select(dq - rk < vwindow, s, vneg_inf);
-          }
+          if (rule.slopes) s = ScoreRule::alibi(s, slope, rk - dq);
+          if (partial) s = rule.mask_relative(s, rk, dq, rv);
         }
         simd::store(sp, s);
         mx = simd::max(mx, s);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "inferkit/attention/alibi.hpp"
+#include "inferkit/attention/detail/score_rule.hpp"
 #include "inferkit/attention/gqa.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/attention/options.hpp"
@@ -29,11 +30,8 @@ struct SequenceProblem {
   MatrixView<float> lse;       // [Tq, Hq], or no rows when not requested
   TokenPositions q_pos;        // position of each query token
   Index group = 1;             // query heads per KV head
-  float scale = 1.0f;
-  MaskRule mask;
-  float softcap = 0.0f;
-  const float* slopes = nullptr;  // ALiBi slope per query head, or nullptr
-  bool reduced = false;           // AttentionArithmetic::kReduced (decode only)
+  ScoreRule score;             // scale, soft-cap, ALiBi slopes, mask
+  bool reduced = false;        // AttentionArithmetic::kReduced (decode only)
 
   Index num_queries() const { return q.dim0(); }
   Index head_dim() const { return q.dim2(); }
@@ -120,10 +118,7 @@ class ProblemBuilder {
                                              : last_key_position}  // no rows: nothing reads it
             : TokenPositions{opt_.query_positions.data() + q0, 0};
     p.group = groups_.group_size();
-    p.scale = scale_;
-    p.mask = {opt_.causal, opt_.window};
-    p.softcap = opt_.softcap;
-    p.slopes = slopes_.empty() ? nullptr : slopes_.data();
+    p.score = {scale_, {opt_.causal, opt_.window}, opt_.softcap, slopes_.empty() ? nullptr : slopes_.data()};
     p.reduced = opt_.arithmetic == AttentionArithmetic::kReduced && !opt_.batch_invariant;
     return p;
   }

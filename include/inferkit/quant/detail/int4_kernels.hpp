@@ -26,6 +26,7 @@
 #include "inferkit/core/half.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/quant/detail/int8_kernels.hpp"
+#include "inferkit/quant/detail/kernel_dispatch.hpp"
 #include "inferkit/quant/int4_weights.hpp"
 #include "inferkit/quant/kernel_path.hpp"
 
@@ -228,6 +229,31 @@ inline float int4_row_float_scalar(const Int4Weights& w, Index n, const Int4Floa
   return main;
 }
 
+#if defined(INFERKIT_QUANT_AVX512VNNI)
+[[gnu::always_inline]] inline void int4_rows_float_path(Avx512VnniPath, const Int4Weights& w, Index n0, int rows,
+                                                        const Int4FloatInput& in, Int4Scratch& s, float* y) {
+  float main[kInt4Rows];
+  with_static_count<kInt4Rows>(rows, [&](auto r) { int4_rows_float_avx512<r()>(w, n0, in, s, main); });
+  for (int r = 0; r < rows; ++r) y[r] = main[r];  // the zero term is inside
+}
+#endif
+
+#if defined(INFERKIT_QUANT_AVX2)
+[[gnu::always_inline]] inline void int4_rows_float_path(Avx2Path, const Int4Weights& w, Index n0, int rows,
+                                                        const Int4FloatInput& in, Int4Scratch& s, float* y) {
+  float main[kInt4Rows];
+  for (int r = 0; r < rows; ++r) main[r] = int4_row_float_avx2(w, n0 + r, in, s.steps(r));
+  for (int r = 0; r < rows; ++r) y[r] = main[r] + int4_zero_term(s.zeros(r), in.gsum, s.groups);
+}
+#endif
+
+[[gnu::always_inline]] inline void int4_rows_float_path(ScalarPath, const Int4Weights& w, Index n0, int rows,
+                                                        const Int4FloatInput& in, Int4Scratch& s, float* y) {
+  float main[kInt4Rows];
+  for (int r = 0; r < rows; ++r) main[r] = int4_row_float_scalar(w, n0 + r, in, s.steps(r));
+  for (int r = 0; r < rows; ++r) y[r] = main[r] + int4_zero_term(s.zeros(r), in.gsum, s.groups);
+}
+
 /// Float-activation products of rows [n0, n0 + rows) (rows <= kInt4Rows) into y[0..rows).
 /// Not inlined, like every float kernel of quant/: one compiled instance serves the serial loop
 /// and the OpenMP region alike, so the compiler cannot contract multiply-adds differently in
@@ -235,38 +261,7 @@ inline float int4_row_float_scalar(const Int4Weights& w, Index n, const Int4Floa
 [[gnu::noinline]] inline void int4_rows_float(QuantKernel k, const Int4Weights& w, Index n0, int rows,
                                               const Int4FloatInput& in, Int4Scratch& s, float* y) {
   s.load(w, n0, rows);
-  float main[kInt4Rows];
-  bool done = false;
-#if defined(INFERKIT_QUANT_AVX512VNNI)
-  if (k == QuantKernel::kAvx512Vnni) {
-    switch (rows) {
-      case 1:
-        int4_rows_float_avx512<1>(w, n0, in, s, main);
-        break;
-      case 2:
-        int4_rows_float_avx512<2>(w, n0, in, s, main);
-        break;
-      case 3:
-        int4_rows_float_avx512<3>(w, n0, in, s, main);
-        break;
-      default:
-        int4_rows_float_avx512<4>(w, n0, in, s, main);
-        break;
-    }
-    for (int r = 0; r < rows; ++r) y[r] = main[r];  // the zero term is inside
-    return;
-  }
-#endif
-#if defined(INFERKIT_QUANT_AVX2)
-  if (k == QuantKernel::kAvx2) {
-    for (int r = 0; r < rows; ++r) main[r] = int4_row_float_avx2(w, n0 + r, in, s.steps(r));
-    done = true;
-  }
-#endif
-  if (!done)
-    for (int r = 0; r < rows; ++r) main[r] = int4_row_float_scalar(w, n0 + r, in, s.steps(r));
-  (void)k;
-  for (int r = 0; r < rows; ++r) y[r] = main[r] + int4_zero_term(s.zeros(r), in.gsum, s.groups);
+  on_quant_path(k, [&](auto path) { int4_rows_float_path(path, w, n0, rows, in, s, y); });
 }
 
 // ---- int8 activations per 32-block --------------------------------------------------------
@@ -381,6 +376,42 @@ inline float int4_row_q8_scalar(const Int4Weights& w, Index n, const Int4Q8Input
   return main;
 }
 
+#if defined(INFERKIT_QUANT_AVX512VNNI)
+[[gnu::always_inline]] inline void int4_rows_q8_path(Avx512VnniPath, const Int4Weights& w, Index n0, int rows,
+                                                     const Int4Q8Input& in, Int4Scratch& s, float* y) {
+  float main[kInt4Rows];
+  with_static_count<kInt4Rows>(rows, [&](auto r) { int4_rows_q8_avx512<r()>(w, n0, in, s, main); });
+  for (int r = 0; r < rows; ++r) y[r] = main[r];  // the zero term is inside
+}
+#endif
+
+#if defined(INFERKIT_QUANT_AVX2)
+[[gnu::always_inline]] inline void int4_rows_q8_path(Avx2Path, const Int4Weights& w, Index n0, int rows,
+                                                     const Int4Q8Input& in, Int4Scratch& s, float* y) {
+  float main[kInt4Rows];
+  for (int r = 0; r < rows; ++r) main[r] = int4_row_q8_avx2(w, n0 + r, in, s.scales(r));
+  for (int r = 0; r < rows; ++r) y[r] = main[r] + int4_zero_term(s.zeros(r), in.dq_group, s.groups);
+}
+#endif
+
+[[gnu::always_inline]] inline void int4_rows_q8_path(ScalarPath, const Int4Weights& w, Index n0, int rows,
+                                                     const Int4Q8Input& in, Int4Scratch& s, float* y) {
+  float main[kInt4Rows];
+  for (int r = 0; r < rows; ++r) main[r] = int4_row_q8_scalar(w, n0 + r, in, s.scales(r));
+  for (int r = 0; r < rows; ++r) y[r] = main[r] + int4_zero_term(s.zeros(r), in.dq_group, s.groups);
+}
+
+#if defined(INFERKIT_QUANT_AVX512VNNI)
+inline void int4_q8_order_path(Avx512VnniPath, std::int8_t* q, Index padded_cols) { pair_q8_chunks(q, padded_cols); }
+#endif
+template <class Path>
+void int4_q8_order_path(Path, std::int8_t*, Index) {}  // the other paths read feature order
+
+/// Puts Q8 activation codes in the order the path's int8-road kernel reads them.
+inline void int4_q8_order(QuantKernel k, std::int8_t* q, Index padded_cols) {
+  on_quant_path(k, [&](auto path) { int4_q8_order_path(path, q, padded_cols); });
+}
+
 /// int8-activation products of rows [n0, n0 + rows) (rows <= kInt4Rows) into y[0..rows).
 /// Not inlined (see int4_rows_float).
 [[gnu::noinline]] inline void int4_rows_q8(QuantKernel k, const Int4Weights& w, Index n0, int rows,
@@ -400,38 +431,7 @@ inline float int4_row_q8_scalar(const Int4Weights& w, Index n, const Int4Q8Input
       }
     }
   }
-  float main[kInt4Rows];
-  bool done = false;
-#if defined(INFERKIT_QUANT_AVX512VNNI)
-  if (k == QuantKernel::kAvx512Vnni) {
-    switch (rows) {
-      case 1:
-        int4_rows_q8_avx512<1>(w, n0, in, s, main);
-        break;
-      case 2:
-        int4_rows_q8_avx512<2>(w, n0, in, s, main);
-        break;
-      case 3:
-        int4_rows_q8_avx512<3>(w, n0, in, s, main);
-        break;
-      default:
-        int4_rows_q8_avx512<4>(w, n0, in, s, main);
-        break;
-    }
-    for (int r = 0; r < rows; ++r) y[r] = main[r];  // the zero term is inside
-    return;
-  }
-#endif
-#if defined(INFERKIT_QUANT_AVX2)
-  if (k == QuantKernel::kAvx2) {
-    for (int r = 0; r < rows; ++r) main[r] = int4_row_q8_avx2(w, n0 + r, in, s.scales(r));
-    done = true;
-  }
-#endif
-  if (!done)
-    for (int r = 0; r < rows; ++r) main[r] = int4_row_q8_scalar(w, n0 + r, in, s.scales(r));
-  (void)k;
-  for (int r = 0; r < rows; ++r) y[r] = main[r] + int4_zero_term(s.zeros(r), in.dq_group, s.groups);
+  on_quant_path(k, [&](auto path) { int4_rows_q8_path(path, w, n0, rows, in, s, y); });
 }
 
 }  // namespace inferkit::detail

@@ -16,6 +16,7 @@
 
 #include "inferkit/core/simd.hpp"
 #include "inferkit/core/view.hpp"
+#include "inferkit/quant/detail/kernel_dispatch.hpp"
 #include "inferkit/quant/int8_weights.hpp"
 #include "inferkit/quant/kernel_path.hpp"
 
@@ -46,8 +47,15 @@ inline std::int32_t load_i32(const std::int8_t* p) {
   return v;
 }
 
+/// Whether a path takes the W8A8 activation codes as unsigned bytes (code + 128): vpdpbusd
+/// multiplies unsigned by signed bytes.
+inline bool w8a8_unsigned_activations(QuantKernel k) { return k == QuantKernel::kAvx512Vnni; }
+
+/// Rows of the W8A8 tile per kernel call on a path.
+inline int w8a8_tile_rows(QuantKernel k) { return k == QuantKernel::kAvx2 ? 4 : kW8A8TileRows; }
+
 /// Scalar path: exact int32 sums over the panel layout, then the shared float epilogue.
-inline void w8a8_tile_scalar(const Int8Weights& w, const W8A8Tile& t) {
+[[gnu::always_inline]] inline void w8a8_tile_path(ScalarPath, const Int8Weights& w, const W8A8Tile& t) {
   const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
   for (Index j = 0; j < t.np; ++j) {
     const Index p = t.p0 + j;
@@ -119,35 +127,10 @@ inline void w8a8_tile_vnni_impl(const Int8Weights& w, const W8A8Tile& t) {
   }
 }
 
-template <int MR>
-inline void w8a8_tile_vnni_rows(const Int8Weights& w, const W8A8Tile& t) {
-  switch (t.np) {
-    case 1:
-      return w8a8_tile_vnni_impl<MR, 1>(w, t);
-    case 2:
-      return w8a8_tile_vnni_impl<MR, 2>(w, t);
-    case 3:
-      return w8a8_tile_vnni_impl<MR, 3>(w, t);
-    default:
-      return w8a8_tile_vnni_impl<MR, kW8A8TilePanels>(w, t);
-  }
-}
-
-inline void w8a8_tile_vnni(const Int8Weights& w, const W8A8Tile& t) {
-  switch (t.rows) {
-    case 1:
-      return w8a8_tile_vnni_rows<1>(w, t);
-    case 2:
-      return w8a8_tile_vnni_rows<2>(w, t);
-    case 3:
-      return w8a8_tile_vnni_rows<3>(w, t);
-    case 4:
-      return w8a8_tile_vnni_rows<4>(w, t);
-    case 5:
-      return w8a8_tile_vnni_rows<5>(w, t);
-    default:
-      return w8a8_tile_vnni_rows<6>(w, t);
-  }
+[[gnu::always_inline]] inline void w8a8_tile_path(Avx512VnniPath, const Int8Weights& w, const W8A8Tile& t) {
+  with_static_count<kW8A8TileRows>(t.rows, [&](auto mr) {
+    with_static_count<kW8A8TilePanels>(static_cast<int>(t.np), [&](auto nr) { w8a8_tile_vnni_impl<mr(), nr()>(w, t); });
+  });
 }
 #endif
 
@@ -194,36 +177,17 @@ inline void w8a8_tile_avx2_rows(const Int8Weights& w, const W8A8Tile& t) {
   }
 }
 
-inline void w8a8_tile_avx2(const Int8Weights& w, const W8A8Tile& t) {
-  switch (t.rows) {
-    case 1:
-      return w8a8_tile_avx2_rows<1>(w, t);
-    case 2:
-      return w8a8_tile_avx2_rows<2>(w, t);
-    case 3:
-      return w8a8_tile_avx2_rows<3>(w, t);
-    default:
-      return w8a8_tile_avx2_rows<4>(w, t);
-  }
+[[gnu::always_inline]] inline void w8a8_tile_path(Avx2Path, const Int8Weights& w, const W8A8Tile& t) {
+  with_static_count<4>(t.rows, [&](auto mr) { w8a8_tile_avx2_rows<mr()>(w, t); });
 }
 #endif
-
-/// Rows per tile on a path.
-inline int w8a8_tile_rows(QuantKernel k) { return k == QuantKernel::kAvx2 ? 4 : kW8A8TileRows; }
 
 /// Runs one tile on path `k` (t.rows <= w8a8_tile_rows(k)). Not inlined, like every float
 /// kernel of quant/: one compiled instance serves the serial loop and the OpenMP region alike,
 /// so multiply-adds cannot be contracted differently in the two (-ffp-contract=fast is GCC's
 /// default) and results never depend on the thread count.
 [[gnu::noinline]] inline void w8a8_tile(QuantKernel k, const Int8Weights& w, const W8A8Tile& t) {
-#if defined(INFERKIT_QUANT_AVX512VNNI)
-  if (k == QuantKernel::kAvx512Vnni) return w8a8_tile_vnni(w, t);
-#endif
-#if defined(INFERKIT_QUANT_AVX2)
-  if (k == QuantKernel::kAvx2) return w8a8_tile_avx2(w, t);
-#endif
-  (void)k;
-  w8a8_tile_scalar(w, t);
+  on_quant_path(k, [&](auto path) { w8a8_tile_path(path, w, t); });
 }
 
 // ---- float activations: y[n] = scale_n * sum_k code[n, k] * x[k] --------------------------
@@ -272,57 +236,47 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
 }
 #endif
 
-/// Panels [p0, p0 + np) (np <= 4) of the float-activation product; `x` holds padded_cols
-/// floats (zero padded). Writes y[16 p + c] for channels below rows(). Not inlined (see
-/// w8a8_tile).
-[[gnu::noinline]] inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float* x, Index p0,
-                                                 Index np, float* y) {
-  const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
 #if defined(INFERKIT_QUANT_AVX512VNNI)
-  if (k == QuantKernel::kAvx512Vnni) {
-    switch (np) {
-      case 1:
-        return int8_matvec_panels_avx512<1>(w, x, p0, y);
-      case 2:
-        return int8_matvec_panels_avx512<2>(w, x, p0, y);
-      case 3:
-        return int8_matvec_panels_avx512<3>(w, x, p0, y);
-      default:
-        return int8_matvec_panels_avx512<4>(w, x, p0, y);
-    }
-  }
+[[gnu::always_inline]] inline void int8_matvec_path(Avx512VnniPath, const Int8Weights& w, const float* x, Index p0,
+                                                    Index np, float* y) {
+  with_static_count<4>(static_cast<int>(np), [&](auto n) { int8_matvec_panels_avx512<n()>(w, x, p0, y); });
+}
 #endif
+
 #if defined(INFERKIT_QUANT_AVX2)
-  if (k == QuantKernel::kAvx2) {
-    // acc[s] lane 4h + i: channel 2s + h, feature 4q + i.
-    for (Index p = p0; p < p0 + np; ++p) {
-      const std::int8_t* panel = w.panel(p);
-      __m256 acc[8];
-      for (auto& a : acc) a = _mm256_setzero_ps();
-      for (Index q = 0; q < quads; ++q) {
-        const __m256 xv = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + q * 4));
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; ++s) {
-          const __m256i c =
-              _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(panel + q * 64 + s * 8)));
-          acc[s] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), xv, acc[s]);
-        }
-      }
+[[gnu::always_inline]] inline void int8_matvec_path(Avx2Path, const Int8Weights& w, const float* x, Index p0, Index np,
+                                                    float* y) {
+  const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
+  // acc[s] lane 4h + i: channel 2s + h, feature 4q + i.
+  for (Index p = p0; p < p0 + np; ++p) {
+    const std::int8_t* panel = w.panel(p);
+    __m256 acc[8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    for (Index q = 0; q < quads; ++q) {
+      const __m256 xv = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + q * 4));
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, acc[s]);
-        for (int h = 0; h < 2; ++h) {
-          const Index n = p * 16 + 2 * s + h;
-          if (n < n_out)
-            y[n] = ((lanes[4 * h] + lanes[4 * h + 1]) + (lanes[4 * h + 2] + lanes[4 * h + 3])) * w.scale(n);
-        }
+        const __m256i c =
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(panel + q * 64 + s * 8)));
+        acc[s] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), xv, acc[s]);
       }
     }
-    return;
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc[s]);
+      for (int h = 0; h < 2; ++h) {
+        const Index n = p * 16 + 2 * s + h;
+        if (n < n_out) y[n] = ((lanes[4 * h] + lanes[4 * h + 1]) + (lanes[4 * h + 2] + lanes[4 * h + 3])) * w.scale(n);
+      }
+    }
   }
+}
 #endif
-  (void)k;
+
+[[gnu::always_inline]] inline void int8_matvec_path(ScalarPath, const Int8Weights& w, const float* x, Index p0,
+                                                    Index np, float* y) {
+  const Index quads = w.padded_cols() / Int8Weights::kQuad, n_out = w.rows();
   for (Index p = p0; p < p0 + np; ++p) {
     const std::int8_t* panel = w.panel(p);
     for (Index c = 0; c < Int8Weights::kPanel && p * 16 + c < n_out; ++c) {
@@ -333,6 +287,14 @@ inline void int8_matvec_panels_avx512(const Int8Weights& w, const float* x, Inde
       y[p * 16 + c] = acc * w.scale(p * 16 + c);
     }
   }
+}
+
+/// Panels [p0, p0 + np) (np <= 4) of the float-activation product; `x` holds padded_cols
+/// floats (zero padded). Writes y[16 p + c] for channels below rows(). Not inlined (see
+/// w8a8_tile).
+[[gnu::noinline]] inline void int8_matvec_panels(QuantKernel k, const Int8Weights& w, const float* x, Index p0,
+                                                 Index np, float* y) {
+  on_quant_path(k, [&](auto path) { int8_matvec_path(path, w, x, p0, np, y); });
 }
 
 /// y[m, n0..n1) += xo[m, j] * wo[j, n0..n1) for every row m and outlier column j in ascending
