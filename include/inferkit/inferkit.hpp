@@ -80,6 +80,11 @@
 #include "inferkit/quant/matvec.hpp"
 #include "inferkit/quant/smooth_quant.hpp"
 
+#include "inferkit/io/gguf.hpp"
+#include "inferkit/io/gguf_value.hpp"
+#include "inferkit/io/gguf_writer.hpp"
+#include "inferkit/io/mapped_file.hpp"
+
 #include "inferkit/moe/capacity.hpp"
 #include "inferkit/moe/dispatch.hpp"
 #include "inferkit/moe/router.hpp"
