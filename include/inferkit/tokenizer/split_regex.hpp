@@ -194,6 +194,7 @@ class SplitRegex {
       re.ast_.push_back(std::move(a));
       return static_cast<int>(re.ast_.size() - 1);
     }
+    int leaf(Node k, int cls = -1) { return node(Ast{k, cls, {}, 0, 0, false}); }
 
     int parse_alternation() {
       std::vector<int> alts{parse_concat()};
@@ -202,15 +203,15 @@ class SplitRegex {
         alts.push_back(parse_concat());
       }
       if (alts.size() == 1) return alts[0];
-      return node({Node::kAlt, -1, std::move(alts)});
+      return node(Ast{Node::kAlt, -1, std::move(alts), 0, 0, false});
     }
 
     int parse_concat() {
       std::vector<int> items;
       while (!eof() && peek() != '|' && peek() != ')') items.push_back(parse_repeat());
-      if (items.empty()) return node({Node::kEmpty});
+      if (items.empty()) return leaf(Node::kEmpty);
       if (items.size() == 1) return items[0];
-      return node({Node::kConcat, -1, std::move(items)});
+      return node(Ast{Node::kConcat, -1, std::move(items), 0, 0, false});
     }
 
     int parse_number() {
@@ -254,14 +255,14 @@ class SplitRegex {
         const Node k = re.ast_[static_cast<std::size_t>(atom)].kind;
         if (k == Node::kStart || k == Node::kEnd || k == Node::kLook) fail("a quantified assertion");
         if (hi != 1 && re.first_set(atom).nullable) fail("a quantified subpattern that can match the empty string");
-        atom = node({Node::kRepeat, -1, {atom}, lo, hi});
+        atom = node(Ast{Node::kRepeat, -1, {atom}, lo, hi, false});
       }
     }
 
     int class_node(CharClass cc) {
       cc.finish();
       re.classes_.push_back(std::move(cc));
-      return node({Node::kClass, static_cast<int>(re.classes_.size() - 1)});
+      return leaf(Node::kClass, static_cast<int>(re.classes_.size() - 1));
     }
 
     char32_t literal_cp() {
@@ -382,18 +383,18 @@ class SplitRegex {
         const int inner = parse_alternation();
         if (eof() || peek() != ')') fail("an unterminated group");
         ++pos;
-        if (look) return node({Node::kLook, -1, {inner}, 0, 0, negative});
+        if (look) return node(Ast{Node::kLook, -1, {inner}, 0, 0, negative});
         return inner;
       }
       if (c == ')' || c == '|') fail("an empty atom");
       if (c == '*' || c == '+' || c == '?' || c == '{') fail("a quantifier without an atom");
       if (c == '^') {
         ++pos;
-        return node({Node::kStart});
+        return leaf(Node::kStart);
       }
       if (c == '$') {
         ++pos;
-        return node({Node::kEnd});
+        return leaf(Node::kEnd);
       }
       if (c == '.') {
         ++pos;
