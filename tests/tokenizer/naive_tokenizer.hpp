@@ -92,7 +92,21 @@ inline void bpe_encode(const inferkit::Vocabulary& v, std::string_view bytes, bo
   }
   for (const auto& s : sym) {
     const inferkit::TokenId id = v.text_token(s);
-    if (id >= 0) out.push_back(id);
+    if (id >= 0) {
+      out.push_back(id);
+      continue;
+    }
+    // No piece: its alphabet characters one by one, the unknown token for those without a piece.
+    for (std::size_t k = 0; k < s.size();) {
+      const auto c = inferkit::utf8_decode(s, k);
+      const inferkit::TokenId t = v.text_token(s.substr(k, c.length));
+      if (t >= 0) {
+        out.push_back(t);
+      } else if (v.unk() >= 0) {
+        out.push_back(v.unk());
+      }
+      k += c.length;
+    }
   }
 }
 

@@ -237,13 +237,9 @@ class GgufValue {
   template <class T>
   decltype(auto) as(std::string_view key = "value") const {
     if constexpr (std::is_same_v<T, std::string_view>) {
-      return std::string_view(as<std::string>(key));
+      return std::string_view(ref<std::string>(key));
     } else {
-      const T* p = std::get_if<T>(&v_);
-      if (p == nullptr) [[unlikely]]
-        throw_invalid_argument("GGUF key '" + std::string(key) + "' type", gguf_value_type_name(type()),
-                               "asked for " + asked_name<T>());
-      return static_cast<const T&>(*p);
+      return ref<T>(key);
     }
   }
 
@@ -279,6 +275,14 @@ class GgufValue {
     } else {
       return gguf_value_type_name(GgufTypeOf<T>::value);
     }
+  }
+  template <class T>
+  const T& ref(std::string_view key) const {
+    const T* p = std::get_if<T>(&v_);
+    if (p == nullptr) [[unlikely]]
+      throw_invalid_argument("GGUF key '" + std::string(key) + "' type", gguf_value_type_name(type()),
+                             "asked for " + asked_name<T>());
+    return *p;
   }
   Storage v_;
 };

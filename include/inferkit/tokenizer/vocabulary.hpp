@@ -291,8 +291,8 @@ class Vocabulary {
                                             "<|end_of_text|>",
                                             "<EOT>",
                                             "<|eom_id|>",
-                                            "<\xEF\xBD\x9C"
-                                            "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"};
+                                            ("<\xEF\xBD\x9C"
+                                             "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>")};
     for (const char* e : kEnds)
       if (const auto id = find(e); id && is_control(*id)) add(*id);
   }
