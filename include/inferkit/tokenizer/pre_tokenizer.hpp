@@ -118,10 +118,11 @@ class PreTokenizer {
   /// `out` as byte spans of `text`.
   void split(std::string_view text, std::size_t begin, std::size_t end, std::vector<TextSpan>& out) const {
     if (begin >= end) return;
+    SplitRegex::Scratch scratch;
     std::vector<TextSpan> cur{{begin, end}}, next;
     for (const auto& re : regexes_) {
       next.clear();
-      for (const auto& s : cur) re.split(text, s.begin, s.end, next);
+      for (const auto& s : cur) re.split(text, s.begin, s.end, next, scratch);
       cur.swap(next);
     }
     out.insert(out.end(), cur.begin(), cur.end());

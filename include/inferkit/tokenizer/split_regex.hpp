@@ -30,6 +30,7 @@
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -64,12 +65,35 @@ class SplitRegex {
 
   const std::string& pattern() const { return pattern_; }  ///< the source pattern
 
+  /// Buffers split() reuses across calls (one per thread).
+  struct Scratch;
+
   /// Splits text[begin, end) into matches and the gaps between them (each non-empty, in order),
   /// appended to `out` as spans of `text`.
-  void split(std::string_view text, std::size_t begin, std::size_t end, std::vector<TextSpan>& out) const {
+  void split(std::string_view text, std::size_t begin, std::size_t end, std::vector<TextSpan>& out) const;
+  /// The same, with caller-owned buffers (no allocation once they have grown).
+  void split(std::string_view text, std::size_t begin, std::size_t end, std::vector<TextSpan>& out,
+             Scratch& scratch) const {
+    split_impl(text, begin, end, out, scratch);
+  }
+
+ private:
+  struct Char;
+  struct Frame;
+
+ public:
+  struct Scratch {
     std::vector<Char> chars;
-    decode(text, begin, end, chars);
     std::vector<Frame> stack;
+  };
+
+ private:
+  void split_impl(std::string_view text, std::size_t begin, std::size_t end, std::vector<TextSpan>& out,
+                  Scratch& scratch) const {
+    std::vector<Char>& chars = scratch.chars;
+    decode(text, begin, end, chars);
+    std::vector<Frame>& stack = scratch.stack;
+    stack.clear();
     const std::size_t n = chars.size() - 1;  // chars has a sentinel at the end
     std::size_t gap = 0, pos = 0;
     while (pos < n) {
@@ -90,6 +114,7 @@ class SplitRegex {
     if (gap < n) out.push_back({chars[gap].offset, chars[n].offset});
   }
 
+ public:
   /// The length in bytes of the match starting at text[begin], or -1 (for tests).
   std::ptrdiff_t match_at(std::string_view text, std::size_t begin) const {
     std::vector<Char> chars;
@@ -149,16 +174,37 @@ class SplitRegex {
     std::vector<ClassItem> items;
     std::array<std::uint64_t, 2> ascii{};  // precomputed answers for code points < 128
     void finish() {
+      for (const auto& it : items) {
+        if (it.kind == ClassItem::kRange) {
+          ranges.emplace_back(it.lo, it.hi);
+        } else {
+          others.push_back(it);
+        }
+      }
+      std::sort(ranges.begin(), ranges.end());
+      std::vector<std::pair<char32_t, char32_t>> merged;
+      for (const auto& r : ranges) {
+        if (!merged.empty() && r.first <= merged.back().second + 1) {
+          merged.back().second = std::max(merged.back().second, r.second);
+        } else {
+          merged.push_back(r);
+        }
+      }
+      ranges.swap(merged);
       for (char32_t cp = 0; cp < 128; ++cp)
         if (slow(Char{cp, unicode_properties(cp), 0})) ascii[cp >> 6] |= std::uint64_t{1} << (cp & 63);
     }
+    // Built by finish(): the ranges sorted and merged (binary search), the other items apart.
+    std::vector<std::pair<char32_t, char32_t>> ranges;
+    std::vector<ClassItem> others;
     bool slow(const Char& c) const {
       bool any = false;
-      for (const auto& it : items)
-        if (it.matches(c)) {
-          any = true;
-          break;
-        }
+      if (c.props != kInvalidProps && !ranges.empty()) {
+        auto it = std::upper_bound(ranges.begin(), ranges.end(), c.cp,
+                                   [](char32_t cp, const std::pair<char32_t, char32_t>& r) { return cp < r.first; });
+        any = it != ranges.begin() && c.cp <= std::prev(it)->second;
+      }
+      for (std::size_t i = 0; !any && i < others.size(); ++i) any = others[i].matches(c);
       return any != negated;
     }
     bool matches(const Char& c) const {
@@ -686,5 +732,11 @@ class SplitRegex {
   std::vector<Inst> prog_;
   FirstSet first_;
 };
+
+inline void SplitRegex::split(std::string_view text, std::size_t begin, std::size_t end,
+                              std::vector<TextSpan>& out) const {
+  Scratch scratch;
+  split_impl(text, begin, end, out, scratch);
+}
 
 }  // namespace inferkit
