@@ -65,37 +65,6 @@ void set_mbps(benchmark::State& state, double bytes_per_iteration) {
       benchmark::Counter(bytes_per_iteration * 1e-6, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-std::vector<TokenId> naive_encode(const inferkit::Tokenizer& tok, std::string_view text) {
-  const auto& v = tok.vocabulary();
-  std::vector<TokenId> out;
-  bool prev_special = true;
-  for (const auto& f : tok.partition(text, false)) {
-    if (f.token >= 0) {
-      out.push_back(f.token);
-      prev_special = true;
-      continue;
-    }
-    const std::string_view frag = text.substr(f.begin, f.end - f.begin);
-    if (v.model() == inferkit::TokenizerModel::kSentencePiece) {
-      std::string esc;
-      if (v.add_space_prefix() && prev_special) esc.append("\xE2\x96\x81");
-      for (const char c : frag) {
-        if (c == ' ') {
-          esc.append("\xE2\x96\x81");
-        } else {
-          esc.push_back(c);
-        }
-      }
-      naive::spm_encode(v, esc, out);
-    } else {
-      for (const auto p : tok.pre_tokenizer()->pieces(frag))
-        naive::bpe_encode(v, p, tok.pre_tokenizer()->ignore_merges(), out);
-    }
-    prev_special = false;
-  }
-  return out;
-}
-
 struct VocabBench {
   std::string name;
   std::shared_ptr<const inferkit::Tokenizer> tok;
@@ -105,7 +74,7 @@ void BM_encode(benchmark::State& state, const VocabBench* v, std::size_t bytes, 
   const std::string_view text = std::string_view(mixed_text()).substr(0, bytes);
   std::size_t n = 0;
   for (auto _ : state) {
-    const auto ids = naive_loop ? naive_encode(*v->tok, text)
+    const auto ids = naive_loop ? naive::encode(*v->tok, text)
                                 : v->tok->encode(text, inferkit::EncodeOptions{.add_bos = false, .add_eos = false});
     n = ids.size();
     benchmark::DoNotOptimize(ids.data());

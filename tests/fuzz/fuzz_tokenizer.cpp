@@ -58,37 +58,6 @@ void fuzz_regex(FuzzedDataProvider& in) {
   }
 }
 
-std::vector<TokenId> naive_encode(const inferkit::Tokenizer& tok, const std::string& text) {
-  const auto& v = tok.vocabulary();
-  std::vector<TokenId> out;
-  bool prev_special = true;
-  for (const auto& f : tok.partition(text, false)) {
-    if (f.token >= 0) {
-      out.push_back(f.token);
-      prev_special = true;
-      continue;
-    }
-    const std::string frag = text.substr(f.begin, f.end - f.begin);
-    if (v.model() == inferkit::TokenizerModel::kSentencePiece) {
-      std::string esc;
-      if (v.add_space_prefix() && prev_special) esc.append("\xE2\x96\x81");
-      for (const char c : frag) {
-        if (c == ' ') {
-          esc.append("\xE2\x96\x81");
-        } else {
-          esc.push_back(c);
-        }
-      }
-      naive::spm_encode(v, esc, out);
-    } else {
-      for (const auto p : tok.pre_tokenizer()->pieces(frag))
-        naive::bpe_encode(v, p, tok.pre_tokenizer()->ignore_merges(), out);
-    }
-    prev_special = false;
-  }
-  return out;
-}
-
 void fuzz_vocabulary(FuzzedDataProvider& in) {
   using inferkit::TokenType;
   const bool spm = in.ConsumeBool();
@@ -159,7 +128,7 @@ void fuzz_vocabulary(FuzzedDataProvider& in) {
   std::vector<TokenId> ids;
   if (!fuzz::ok([&] { ids = tok->encode(text); })) return;  // a byte with no piece, no <0xNN>, no <unk>
   for (const TokenId id : ids) FUZZ_CHECK(id >= 0 && static_cast<std::size_t>(id) < tok->vocabulary().size());
-  FUZZ_CHECK(ids == naive_encode(*tok, text));
+  FUZZ_CHECK(ids == naive::encode(*tok, text));
   const std::string back = tok->decode(ids);
   inferkit::Detokenizer d(tok->vocabulary());
   std::string joined;

@@ -11,6 +11,7 @@
 
 #include "inferkit/core/token.hpp"
 #include "inferkit/tokenizer/byte_level.hpp"
+#include "inferkit/tokenizer/tokenizer.hpp"
 #include "inferkit/tokenizer/unicode.hpp"
 #include "inferkit/tokenizer/vocabulary.hpp"
 
@@ -108,6 +109,39 @@ inline void bpe_encode(const inferkit::Vocabulary& v, std::string_view bytes, bo
       k += c.length;
     }
   }
+}
+
+/// The naive encoders over the fragments Tokenizer::encode makes (special tokens not parsed, no
+/// BOS / EOS): what tok.encode(text, {add_bos = false, add_eos = false}) must equal.
+inline std::vector<inferkit::TokenId> encode(const inferkit::Tokenizer& tok, std::string_view text) {
+  const auto& v = tok.vocabulary();
+  std::vector<inferkit::TokenId> out;
+  bool prev_special = true;
+  for (const auto& f : tok.partition(text, false)) {
+    if (f.token >= 0) {
+      out.push_back(f.token);
+      prev_special = true;
+      continue;
+    }
+    const std::string_view frag = text.substr(f.begin, f.end - f.begin);
+    if (v.model() == inferkit::TokenizerModel::kSentencePiece) {
+      std::string esc;
+      if (v.add_space_prefix() && prev_special) esc.append("\xE2\x96\x81");
+      for (const char c : frag) {
+        if (c == ' ') {
+          esc.append("\xE2\x96\x81");
+        } else {
+          esc.push_back(c);
+        }
+      }
+      naive::spm_encode(v, esc, out);
+    } else {
+      for (const auto p : tok.pre_tokenizer()->pieces(frag))
+        naive::bpe_encode(v, p, tok.pre_tokenizer()->ignore_merges(), out);
+    }
+    prev_special = false;
+  }
+  return out;
 }
 
 }  // namespace naive

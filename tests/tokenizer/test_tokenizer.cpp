@@ -74,38 +74,6 @@ std::string random_bytes(std::mt19937& rng, std::size_t max_len) {
   return s;
 }
 
-// The naive encoders over the same fragments Tokenizer::encode makes.
-std::vector<TokenId> naive_encode(const Tokenizer& tok, const std::string& text) {
-  const auto& v = tok.vocabulary();
-  std::vector<TokenId> out;
-  bool prev_special = true;
-  for (const auto& f : tok.partition(text, false)) {
-    if (f.token >= 0) {
-      out.push_back(f.token);
-      prev_special = true;
-      continue;
-    }
-    const std::string frag = text.substr(f.begin, f.end - f.begin);
-    if (v.model() == inferkit::TokenizerModel::kSentencePiece) {
-      std::string esc;
-      if (v.add_space_prefix() && prev_special) esc.append("\xE2\x96\x81");
-      for (char c : frag) {
-        if (c == ' ') {
-          esc.append("\xE2\x96\x81");
-        } else {
-          esc.push_back(c);
-        }
-      }
-      naive::spm_encode(v, esc, out);
-    } else {
-      for (const auto p : tok.pre_tokenizer()->pieces(frag))
-        naive::bpe_encode(v, p, tok.pre_tokenizer()->ignore_merges(), out);
-    }
-    prev_special = false;
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("Tokenizer: decode(encode(s)) == s, random bytes included, and the naive loop agrees",
@@ -154,7 +122,7 @@ TEST_CASE("Tokenizer: decode(encode(s)) == s, random bytes included, and the nai
       const auto ids = tok.encode(s, EncodeOptions{.add_bos = false});
       for (const TokenId id : ids) REQUIRE((id >= 0 && id < static_cast<TokenId>(tok.vocabulary().size())));
       CHECK(tok.decode(ids) == back);
-      CHECK(show(ids) == show(naive_encode(tok, s)));
+      CHECK(show(ids) == show(naive::encode(tok, s)));
       // With BOS: the same ids after it and the same text back.
       const auto with_bos = tok.encode(s, EncodeOptions{.add_bos = true});
       REQUIRE(with_bos.size() == ids.size() + 1);
