@@ -71,6 +71,30 @@ struct GgufTensorInfo {
   std::uint64_t rows() const { return dims[1] * dims[2] * dims[3]; }
 };
 
+/// The ggml type whose elements are C++ type T: float F32, Float16 F16, BFloat16 BF16, double
+/// F64, int8_t ... int64_t I8 ... I64.
+template <class T>
+constexpr GgmlType ggml_plain_type() {
+  if constexpr (std::is_same_v<T, float>)
+    return GgmlType::kF32;
+  else if constexpr (std::is_same_v<T, Float16>)
+    return GgmlType::kF16;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return GgmlType::kBF16;
+  else if constexpr (std::is_same_v<T, double>)
+    return GgmlType::kF64;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return GgmlType::kI8;
+  else if constexpr (std::is_same_v<T, std::int16_t>)
+    return GgmlType::kI16;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return GgmlType::kI32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return GgmlType::kI64;
+  else
+    static_assert(sizeof(T) == 0, "T must be float, Float16, BFloat16, double or an int type");
+}
+
 /// A tensor's data: a view into the file's bytes (valid while the GgufFile lives).
 class GgufTensor {
  public:
@@ -101,7 +125,7 @@ class GgufTensor {
   /// aligned for T (possible only with a `general.alignment` below sizeof(T)).
   template <class T>
   std::span<const T> values() const {
-    constexpr GgmlType want = plain_type<T>();
+    constexpr GgmlType want = ggml_plain_type<T>();
     if (info_->type != want) [[unlikely]]
       throw_invalid_argument("tensor '" + info_->name + "' type", ggml_type_name(info_->type),
                              "asked for " + ggml_type_name(want) + " values");
@@ -113,27 +137,6 @@ class GgufTensor {
   }
 
  private:
-  template <class T>
-  static constexpr GgmlType plain_type() {
-    if constexpr (std::is_same_v<T, float>)
-      return GgmlType::kF32;
-    else if constexpr (std::is_same_v<T, Float16>)
-      return GgmlType::kF16;
-    else if constexpr (std::is_same_v<T, BFloat16>)
-      return GgmlType::kBF16;
-    else if constexpr (std::is_same_v<T, double>)
-      return GgmlType::kF64;
-    else if constexpr (std::is_same_v<T, std::int8_t>)
-      return GgmlType::kI8;
-    else if constexpr (std::is_same_v<T, std::int16_t>)
-      return GgmlType::kI16;
-    else if constexpr (std::is_same_v<T, std::int32_t>)
-      return GgmlType::kI32;
-    else if constexpr (std::is_same_v<T, std::int64_t>)
-      return GgmlType::kI64;
-    else
-      static_assert(sizeof(T) == 0, "values<T>: T must be float, Float16, BFloat16, double or an int type");
-  }
   void require_layout() const {
     if (!info_->layout_known) [[unlikely]]
       throw_invalid_argument("tensor '" + info_->name + "' type", ggml_type_name(info_->type),

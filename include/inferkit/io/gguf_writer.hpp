@@ -135,7 +135,7 @@ class GgufWriter {
   /// Adds a tensor of a plain type (float, Float16, BFloat16, double, int8_t ... int64_t).
   template <class T>
   void add_tensor(std::string name, std::vector<std::uint64_t> dims, std::span<const T> values) {
-    add_tensor(std::move(name), plain_type<T>(), std::move(dims), std::as_bytes(values));
+    add_tensor(std::move(name), ggml_plain_type<T>(), std::move(dims), std::as_bytes(values));
   }
   template <class T>
   void add_tensor(std::string name, std::vector<std::uint64_t> dims, const std::vector<T>& values) {
@@ -247,28 +247,6 @@ class GgufWriter {
           }
         },
         v.storage());
-  }
-
-  template <class T>
-  static constexpr GgmlType plain_type() {
-    if constexpr (std::is_same_v<T, float>)
-      return GgmlType::kF32;
-    else if constexpr (std::is_same_v<T, Float16>)
-      return GgmlType::kF16;
-    else if constexpr (std::is_same_v<T, BFloat16>)
-      return GgmlType::kBF16;
-    else if constexpr (std::is_same_v<T, double>)
-      return GgmlType::kF64;
-    else if constexpr (std::is_same_v<T, std::int8_t>)
-      return GgmlType::kI8;
-    else if constexpr (std::is_same_v<T, std::int16_t>)
-      return GgmlType::kI16;
-    else if constexpr (std::is_same_v<T, std::int32_t>)
-      return GgmlType::kI32;
-    else if constexpr (std::is_same_v<T, std::int64_t>)
-      return GgmlType::kI64;
-    else
-      static_assert(sizeof(T) == 0, "add_tensor<T>: T must be float, Float16, BFloat16, double or an int type");
   }
 
   void add_raw(Tensor t, bool check_size) {

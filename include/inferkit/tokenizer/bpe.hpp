@@ -73,23 +73,7 @@ inline void bpe_encode(const Vocabulary& vocab, std::string_view bytes, bool ign
     q.push_back({-static_cast<float>(rank), l, size, vocab.text_token(text.substr(a.begin, size))});
     std::push_heap(q.begin(), q.end(), detail::CandidateOrder{});
   };
-  for (std::int32_t i = 1; i < static_cast<std::int32_t>(sym.size()); ++i) try_pair(i - 1, i);
-  while (!q.empty()) {
-    std::pop_heap(q.begin(), q.end(), detail::CandidateOrder{});
-    const detail::MergeCandidate c = q.back();
-    q.pop_back();
-    auto& a = sym[static_cast<std::size_t>(c.left)];
-    if (a.size == 0 || a.next < 0) continue;
-    auto& b = sym[static_cast<std::size_t>(a.next)];
-    if (a.size + b.size != c.size) continue;  // stale: a or its neighbour changed
-    a.size += b.size;
-    a.id = c.id;
-    b.size = 0;
-    a.next = b.next;
-    if (a.next >= 0) sym[static_cast<std::size_t>(a.next)].prev = c.left;
-    try_pair(a.prev, c.left);
-    try_pair(c.left, a.next);
-  }
+  detail::run_merges(sym, q, try_pair);
   for (std::int32_t i = 0; i >= 0; i = sym[static_cast<std::size_t>(i)].next) {
     const auto& x = sym[static_cast<std::size_t>(i)];
     if (x.id >= 0) {

@@ -45,6 +45,30 @@ struct CandidateOrder {
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   }
 };
+
+// Queues every adjacent pair (try_pair(l, r) pushes a candidate or nothing), then merges the best
+// candidate until none is left, skipping stale ones: a candidate is stale when its left symbol was
+// merged away or its pair's size changed (symbols only grow, by absorbing their right neighbour).
+template <class TryPair>
+void run_merges(std::vector<MergeSymbol>& sym, std::vector<MergeCandidate>& q, TryPair&& try_pair) {
+  for (std::int32_t i = 1; i < static_cast<std::int32_t>(sym.size()); ++i) try_pair(i - 1, i);
+  while (!q.empty()) {
+    std::pop_heap(q.begin(), q.end(), CandidateOrder{});
+    const MergeCandidate c = q.back();
+    q.pop_back();
+    auto& a = sym[static_cast<std::size_t>(c.left)];
+    if (a.size == 0 || a.next < 0) continue;
+    auto& b = sym[static_cast<std::size_t>(a.next)];
+    if (a.size + b.size != c.size) continue;
+    a.size += b.size;
+    a.id = c.id;
+    b.size = 0;
+    a.next = b.next;
+    if (a.next >= 0) sym[static_cast<std::size_t>(a.next)].prev = c.left;
+    try_pair(a.prev, c.left);
+    try_pair(c.left, a.next);
+  }
+}
 }  // namespace detail
 
 /// Reusable buffers for spm_encode (optional: saves allocations across calls).
@@ -79,23 +103,7 @@ inline void spm_encode(const Vocabulary& vocab, std::string_view text, std::vect
     q.push_back({vocab.score(id), l, size, id});
     std::push_heap(q.begin(), q.end(), detail::CandidateOrder{});
   };
-  for (std::int32_t i = 1; i < static_cast<std::int32_t>(sym.size()); ++i) try_pair(i - 1, i);
-  while (!q.empty()) {
-    std::pop_heap(q.begin(), q.end(), detail::CandidateOrder{});
-    const detail::MergeCandidate c = q.back();
-    q.pop_back();
-    auto& a = sym[static_cast<std::size_t>(c.left)];
-    if (a.size == 0 || a.next < 0) continue;
-    auto& b = sym[static_cast<std::size_t>(a.next)];
-    if (a.size + b.size != c.size) continue;  // a or its neighbour changed since it was queued
-    a.size += b.size;
-    a.id = c.id;
-    b.size = 0;
-    a.next = b.next;
-    if (a.next >= 0) sym[static_cast<std::size_t>(a.next)].prev = c.left;
-    try_pair(a.prev, c.left);
-    try_pair(c.left, a.next);
-  }
+  detail::run_merges(sym, q, try_pair);
   for (std::int32_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[static_cast<std::size_t>(i)].next) {
     const auto& m = sym[static_cast<std::size_t>(i)];
     if (m.id >= 0) {
