@@ -8,6 +8,7 @@
 
 namespace inferkit::detail {
 
+// clang-format off
 inline constexpr const char* kUnicodeVersion = "15.0.0";
 inline constexpr std::uint32_t kUnicodeWhiteSpaceCount = 25;  // for the tests
 
@@ -1446,5 +1447,6 @@ inline constexpr std::uint8_t kUnicodeStage2[39936] = {
     29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,
     29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,29,0,0,
 };
+// clang-format on
 
 }  // namespace inferkit::detail
