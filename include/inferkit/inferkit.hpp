@@ -94,6 +94,22 @@
 #include "inferkit/quant/matvec.hpp"
 #include "inferkit/quant/smooth_quant.hpp"
 
+#include "inferkit/io/gguf.hpp"
+#include "inferkit/io/gguf_value.hpp"
+#include "inferkit/io/gguf_writer.hpp"
+#include "inferkit/io/mapped_file.hpp"
+
+#include "inferkit/tokenizer/bpe.hpp"
+#include "inferkit/tokenizer/byte_level.hpp"
+#include "inferkit/tokenizer/detokenizer.hpp"
+#include "inferkit/tokenizer/gguf_vocabulary.hpp"
+#include "inferkit/tokenizer/pre_tokenizer.hpp"
+#include "inferkit/tokenizer/split_regex.hpp"
+#include "inferkit/tokenizer/spm.hpp"
+#include "inferkit/tokenizer/tokenizer.hpp"
+#include "inferkit/tokenizer/unicode.hpp"
+#include "inferkit/tokenizer/vocabulary.hpp"
+
 #include "inferkit/moe/capacity.hpp"
 #include "inferkit/moe/dispatch.hpp"
 #include "inferkit/moe/router.hpp"
