@@ -2,7 +2,7 @@
 //   1. Scheduler overhead (this file's first part): one scheduler iteration (schedule() plus
 //      complete() with sampled tokens from a stand-in sampler, and add_request() for each
 //      arrival) in a steady state of 256 running requests over the synthetic workload of
-//      serving_workload.hpp (prompts 32..512 tokens, half from 16 shared system prompts,
+//      examples/llama2c/serving_workload.hpp (prompts 32..512 tokens, half from 16 shared system prompts,
 //      outputs 16..256; every finished request is replaced by a new one, W wait), page 16,
 //      budget 2048 tokens, prefix trie on. No model runs: the time is the scheduler's alone.
 //        serving/inferkit/overhead/policy:P/waiting:W   P = 0 FCFS, 1 LPM; W = 64 or 1024
@@ -26,7 +26,7 @@
 
 #include "bench_util.hpp"
 #include "inferkit/serving/scheduler.hpp"
-#include "serving_workload.hpp"
+#include "llama2c/serving_workload.hpp"
 
 namespace {
 
@@ -44,7 +44,7 @@ inferkit::BlockPool<float> make_pool() { return inferkit::BlockPool<float>({1, 1
 class RequestSource {
  public:
   RequestSource() {
-    inferkit::bench::ServingWorkload work;
+    llama2c::ServingWorkload work;
     for (int i = 0; i < 2048; ++i) reqs_.push_back(work.next());
   }
   RequestParams next() {

@@ -1,7 +1,7 @@
 // Serving throughput and latency (issue 13, section 5): the llama2.c example's serving loop
 // (examples/llama2c/serve.hpp: inferkit's Scheduler + one batched forward per iteration) on a
 // stories15M-shaped random model (dim 288, 6 layers, 6 heads, hidden 768, vocab 32000), 2
-// threads, the serving workload (serving_workload.hpp: prompts 32..512 tokens, 16 shared system
+// threads, the serving workload (examples/llama2c/serving_workload.hpp: prompts 32..512 tokens, 16 shared system
 // prompts, outputs 16..256 tokens, sampling at temperature 0.8, top-p 0.95).
 //
 //   serving/sequential   one request at a time through today's runner (llama2c::generate():
@@ -28,8 +28,9 @@
 #include <ctime>
 #include <string>
 
+#include "llama2c/generate.hpp"
 #include "llama2c/serve.hpp"
-#include "serving_workload.hpp"
+#include "llama2c/serving_workload.hpp"
 
 namespace {
 
@@ -95,7 +96,7 @@ std::vector<llama2c::TraceRequest> trace(double rate) {
   llama2c::SamplingConfig s;
   s.params.temperature = 0.8f;
   s.params.top_p = 0.95f;
-  return llama2c::synthetic_trace(kRequests, rate, inferkit::bench::ServingWorkloadConfig{}, s);
+  return llama2c::synthetic_trace(kRequests, rate, llama2c::ServingWorkloadConfig{}, s);
 }
 
 // Results of the runs so far in this process, for the ratio counters.

@@ -562,15 +562,32 @@ inline void swiglu(float* h1, const float* h3, int n) {
 /// first_position + t): it may read the rows (capture hidden states) or edit them (steering).
 using ResidualHook = std::function<void(int layer, std::int32_t first_position, inferkit::MatrixView<float> residual)>;
 
-/// Runs `tokens` consecutive tokens starting at position `pos` through the first `layers`
-/// layers (all when -1), appending their K/V to the cache, and writes the logits of every token
-/// to `logits` [tokens x vocab]; `hook`, if given, sees the residual stream after each layer.
-/// Each token's matmuls are the same matrix-vector products as in a one-token step, so a chunk
-/// gives the same logits as feeding its tokens one at a time.
+/// What forward() does besides writing logits (designated initializers:
+/// `forward(m, cache, ids, n, pos, logits, {.hidden = h})`).
+struct ForwardOptions {
+  /// Layers to run: the first `layers` (a self-speculative draft, or the states up to a
+  /// steering layer); -1 = all. The cache must have at least this many layers.
+  int layers = -1;
+  /// If set, receives the last hidden state of every token [n x dim], after the final RMSNorm
+  /// (contrastive search's degeneration penalty).
+  float* hidden = nullptr;
+  /// If set, sees (and may edit) the residual stream after each layer (steering, captures).
+  const ResidualHook* hook = nullptr;
+};
+
+/// Runs `n` consecutive tokens starting at position `pos` through the model (options.layers of
+/// it), appending their K/V to the cache, and writes the logits of every token to `logits`
+/// [n x vocab]. Each token's matmuls are the same matrix-vector products as in a one-token
+/// step, so a chunk gives the same logits as feeding its tokens one at a time.
 inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n, std::int32_t pos, float* logits,
-                    int layers = -1, float* hidden = nullptr, const ResidualHook* hook = nullptr) {
+                    const ForwardOptions& options = {}) {
   const Config& c = m.config();
-  const int L = layers < 0 ? c.n_layers : layers, D = c.dim, hs = c.head_size(), kvd = c.kv_dim();
+  const ResidualHook* hook = options.hook;
+  float* hidden = options.hidden;
+  const int L = options.layers < 0 ? c.n_layers : options.layers, D = c.dim, hs = c.head_size(), kvd = c.kv_dim();
+  if (options.layers < -1 || options.layers > c.n_layers)
+    throw std::invalid_argument("llama2c: ForwardOptions::layers = " + std::to_string(options.layers) +
+                                " is invalid: must be -1 (all) or in [0, " + std::to_string(c.n_layers) + "]");
   for (Index t = 0; t < n; ++t)
     if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
       throw std::out_of_range("llama2c: token " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +

@@ -378,13 +378,24 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", llama2c::describe(*steer, sv).c_str());
     const auto plan = llama2c::make_plan(model, *steer, sv.v);
     const auto hook = llama2c::steering_hook(plan, 1 + static_cast<Index>(prompt.size()));
-    out = llama2c::generate(model, prompt, steps, s, &st, &hook);
+    out = llama2c::generate(model, prompt, steps, s, &st, {.hook = &hook});
   } else if (a.has("--beams")) {
-    out = llama2c::generate_beam(model, prompt, steps, static_cast<Index>(a.integer("--beams", 4)),
-                                 a.real("--length-penalty", 1.0f), a.str("--length-penalty-mode", "hf"), &st);
+    llama2c::BeamOptions bo{.beams = static_cast<Index>(a.integer("--beams", 4)),
+                            .length_penalty = a.real("--length-penalty", 1.0f)};
+    const std::string mode = a.str("--length-penalty-mode", "hf");
+    if (mode == "hf")
+      bo.mode = inferkit::LengthPenalty::kHuggingFace;
+    else if (mode == "gnmt")
+      bo.mode = inferkit::LengthPenalty::kGnmt;
+    else if (mode == "none")
+      bo.mode = inferkit::LengthPenalty::kNone;
+    else
+      throw std::invalid_argument("--length-penalty-mode = '" + mode + "' is invalid: must be hf, gnmt or none");
+    out = llama2c::generate_beam(model, prompt, steps, bo, &st);
   } else if (a.has("--contrastive")) {
-    out = llama2c::generate_contrastive(model, prompt, steps, static_cast<Index>(a.integer("--contrastive", 4)),
-                                        a.real("--alpha", 0.6f), &st);
+    out = llama2c::generate_contrastive(
+        model, prompt, steps,
+        {.k = static_cast<Index>(a.integer("--contrastive", 4)), .alpha = a.real("--alpha", 0.6f)}, &st);
   } else if (a.has("--draft") || a.has("--draft-layers")) {
     const Index k = a.integer("--draft-k", 4);
     if (k < 1 || k > 7) throw std::invalid_argument("--draft-k must be in [1, 7]");
@@ -417,7 +428,7 @@ int cmd_generate(int argc, char** argv) {
       experts.emplace(MPI_COMM_WORLD, model.config().n_experts);
       model.moe_ffn().parallel = &*experts;
     }
-    out = llama2c::generate(model, prompt, steps, s, &st, nullptr, copt);
+    out = llama2c::generate(model, prompt, steps, s, &st, {.cache = copt});
     if (model.config().moe()) model.moe_ffn().parallel = nullptr;
 #else
     throw std::invalid_argument(
@@ -604,7 +615,7 @@ int cmd_serve(int argc, char** argv) {
     trace = llama2c::parse_trace(f, {.vocab_size = vocab, .tokenizer = tok ? &*tok : nullptr});
   } else {
     if (a.has("--tokenizer")) throw std::invalid_argument("--tokenizer applies to --trace text prompts only");
-    inferkit::bench::ServingWorkloadConfig w;
+    llama2c::ServingWorkloadConfig w;
     std::tie(w.prompt_min, w.prompt_max) = int_range(a, "--prompt-len", {32, 512});
     std::tie(w.output_min, w.output_max) = int_range(a, "--output-len", {16, 256});
     w.shared_prefixes = static_cast<int>(a.integer("--shared-prefixes", 16));

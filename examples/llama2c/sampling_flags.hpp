@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "runner.hpp"
+#include "sampling_config.hpp"
 
 namespace llama2c {
 

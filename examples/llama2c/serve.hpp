@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "batch_forward.hpp"
-#include "runner.hpp"
+#include "sampling_config.hpp"
 #include "serving_workload.hpp"
 #include "trace.hpp"
 
@@ -142,15 +142,15 @@ inline double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, rank > 0 ? rank - 1 : 0)];
 }
 
-/// A synthetic trace: the serving benchmarks' workload (bench/serving_workload.hpp: prompts
+/// A synthetic trace: the serving benchmarks' workload (serving_workload.hpp: prompts
 /// sharing system prompts, per-request seeds) with Poisson arrivals at `rate` requests/s (0:
 /// all at time 0) and the given sampling.
-inline std::vector<TraceRequest> synthetic_trace(Index n, double rate, const inferkit::bench::ServingWorkloadConfig& w,
+inline std::vector<TraceRequest> synthetic_trace(Index n, double rate, const ServingWorkloadConfig& w,
                                                  const SamplingConfig& sampling) {
   if (n < 1) throw std::invalid_argument("--synthetic = " + std::to_string(n) + " is invalid: must be >= 1");
   if (!(rate >= 0) || !std::isfinite(rate))
     throw std::invalid_argument("--rate = " + std::to_string(rate) + " is invalid: must be >= 0");
-  inferkit::bench::ServingWorkload work(w);
+  ServingWorkload work(w);
   std::mt19937_64 rng(w.seed ^ 0x5eedULL);
   std::exponential_distribution<double> gap(rate > 0 ? rate : 1.0);
   std::vector<TraceRequest> out;

@@ -39,7 +39,8 @@
 #include <inferkit/steering/contrastive_vector.hpp>
 #include <inferkit/steering/steering_plan.hpp>
 
-#include "runner.hpp"
+#include "llama2c.hpp"
+#include "sampling_config.hpp"
 #include "tokenizer.hpp"
 
 namespace llama2c {
@@ -82,7 +83,7 @@ inline std::vector<float> layer_states(const Model& m, const std::vector<TokenId
       for (Index t = 0; t < n; ++t) std::copy_n(x.row_ptr(t), D, states.data() + t * D);
   };
   Cache cache(m.config(), {});
-  forward(m, cache, tokens.data(), n, 0, logits.data(), layer + 1, nullptr, &capture);
+  forward(m, cache, tokens.data(), n, 0, logits.data(), {.layers = layer + 1, .hook = &capture});
   return states;
 }
 
@@ -172,7 +173,7 @@ inline SteeringEval evaluate_steering(const Model& m, const std::vector<TokenId>
   for (std::size_t t = 0; t + 1 < ids.size(); ++t) {
     const auto pos = static_cast<std::int32_t>(t);
     forward(m, base, &ids[t], 1, pos, a.data());
-    forward(m, steered, &ids[t], 1, pos, b.data(), -1, nullptr, &hook);
+    forward(m, steered, &ids[t], 1, pos, b.data(), {.hook = &hook});
     const Index target = static_cast<Index>(t + 1);
     if (target < first || target >= last) continue;
     score(a, ids[t + 1], r.nll_base, r.set_prob_base);

@@ -35,7 +35,7 @@
 #include <system_error>
 #include <vector>
 
-#include "runner.hpp"
+#include "sampling_config.hpp"
 #include "tokenizer.hpp"
 
 namespace llama2c {

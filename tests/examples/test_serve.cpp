@@ -16,6 +16,7 @@
 #include <string>
 
 #include "examples/cli_util.hpp"
+#include "llama2c/generate.hpp"
 #include "llama2c/serve.hpp"
 
 using cli_test::run_cli;
@@ -254,7 +255,7 @@ TEST_CASE("serve --kv-quant: every greedy output equals generate() over the dens
       std::vector<std::vector<TokenId>> alone;
       for (const auto& r : trace)
         alone.push_back(llama2c::generate(m, std::vector<TokenId>(r.prompt.begin() + 1, r.prompt.end()),
-                                          r.max_new_tokens, greedy, nullptr, nullptr, dense));
+                                          r.max_new_tokens, greedy, nullptr, {.cache = dense}));
       for (const bool tiny : {false, true}) {
         INFO((tiny ? "tiny pool: preemption by recompute" : "batched, chunked"));
         // Chunks of 5, or of a whole key group (KIVI: 4 at page 4, 16 at page 16).

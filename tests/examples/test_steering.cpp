@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli_util.hpp"
+#include "llama2c/generate.hpp"
 #include "llama2c/steering.hpp"
 
 using llama2c::Index;
@@ -60,11 +61,11 @@ std::vector<float> logits_of(const llama2c::Model& m, const std::vector<TokenId>
   const Index V = m.config().vocab_size, n = static_cast<Index>(seq.size());
   std::vector<float> out(static_cast<std::size_t>(n * V));
   if (chunked) {
-    llama2c::forward(m, cache, seq.data(), n, 0, out.data(), -1, nullptr, hook);
+    llama2c::forward(m, cache, seq.data(), n, 0, out.data(), {.hook = hook});
   } else {
     for (Index t = 0; t < n; ++t)
       llama2c::forward(m, cache, &seq[static_cast<std::size_t>(t)], 1, static_cast<std::int32_t>(t), out.data() + t * V,
-                       -1, nullptr, hook);
+                       {.hook = hook});
   }
   return out;
 }
@@ -138,7 +139,7 @@ TEST_CASE("captured layer states: the last layer's, RMS-normalized, are forward(
   llama2c::Cache cache(m.config(), {});
   std::vector<float> logits(static_cast<std::size_t>(n * m.config().vocab_size)),
       hidden(static_cast<std::size_t>(n * D));
-  llama2c::forward(m, cache, seq.data(), n, 0, logits.data(), -1, hidden.data());
+  llama2c::forward(m, cache, seq.data(), n, 0, logits.data(), {.hidden = hidden.data()});
   for (Index t = 0; t < n; ++t) {
     double ss = 0;
     for (Index i = 0; i < D; ++i)

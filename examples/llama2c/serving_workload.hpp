@@ -1,17 +1,26 @@
 #pragma once
-// The serving benchmarks' synthetic workload (issue 13, section 5): prompts of 32..512 tokens
-// whose first half comes from one of 16 shared system prompts, outputs of 16..256 tokens, each
-// request with its own seed. Deterministic for a given config; an endless source of requests so
-// steady-state benchmarks can replace every finished request by a new one.
+// The synthetic serving workload of `inferkit-llama2c serve --synthetic` and of the serving
+// benchmarks (bench/serving_bench.cpp, bench/serving_engine_bench.cpp; benchmarks may include
+// examples/, never the other way round): prompts of 32..512 tokens whose first half comes from
+// one of 16 shared system prompts, outputs of 16..256 tokens, each request with its own seed.
+// Deterministic for a given config; an endless source of requests so steady-state benchmarks
+// can replace every finished request by a new one.
+//
+//   llama2c::ServingWorkload work({.prompt_min = 4, .prompt_max = 9});
+//   inferkit::RequestParams r = work.next();
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "inferkit/serving/request.hpp"
+#include <inferkit/serving/request.hpp>
 
-namespace inferkit::bench {
+namespace llama2c {
+
+using inferkit::Index;
+using inferkit::RequestParams;
+using inferkit::TokenId;
 
 /// Shape of the synthetic serving workload.
 struct ServingWorkloadConfig {
@@ -65,4 +74,4 @@ class ServingWorkload {
   std::vector<std::vector<TokenId>> systems_;
 };
 
-}  // namespace inferkit::bench
+}  // namespace llama2c
