@@ -48,10 +48,15 @@ inline void apply_allowed_tokens(std::span<float> logits, std::span<const TokenI
 struct AllowedTokens {
   std::vector<TokenId> tokens{};  ///< allowed ids
 
+  /// The registered name, "allowed_tokens": describe() starts with it.
   static constexpr std::string_view kName = "allowed_tokens";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
-  void validate() const {}  // checked against the vocabulary when applied
+  /// Nothing to check before the vocabulary is known: the ids are checked when applied (std::out_of_range).
+  void validate() const {}
+  /// "allowed_tokens(n)", n = the number of allowed ids.
   std::string describe() const { return describe_rule(kName, {double(tokens.size())}); }
+  /// apply_allowed_tokens() on the candidates: every id not listed becomes -inf.
   void apply(Candidates& c, const StepInputs&) const { apply_allowed_tokens(c, tokens); }
 };
 

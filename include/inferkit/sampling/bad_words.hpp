@@ -26,10 +26,16 @@ struct BadWords {
   std::vector<std::vector<TokenId>> sequences{};  ///< each non-empty
   std::vector<TokenId> eos_token_ids{};           ///< one-token bad words equal to these are ignored
 
+  /// The registered name, "bad_words": describe() starts with it.
   static constexpr std::string_view kName = "bad_words";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "bad_words(n)", n = the number of sequences.
   std::string describe() const { return describe_rule(kName, {double(sequences.size())}); }
+  /// apply_bad_words() over the step's history (a sequence's last token is banned where the history ends in its
+  /// prefix).
   void apply(Candidates& c, const StepInputs& in) const;
 };
 

@@ -32,10 +32,15 @@ inline void apply_banned_tokens(Candidates& c, std::span<const TokenId> banned) 
 struct BannedTokens {
   std::vector<TokenId> tokens{};  ///< banned ids
 
+  /// The registered name, "banned_tokens": describe() starts with it.
   static constexpr std::string_view kName = "banned_tokens";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
-  void validate() const {}  // checked against the vocabulary when applied
+  /// Nothing to check before the vocabulary is known: the ids are checked when applied (std::out_of_range).
+  void validate() const {}
+  /// "banned_tokens(n)", n = the number of banned ids.
   std::string describe() const { return describe_rule(kName, {double(tokens.size())}); }
+  /// apply_banned_tokens() on the candidates: the listed ids become -inf.
   void apply(Candidates& c, const StepInputs&) const { apply_banned_tokens(c, tokens); }
 };
 

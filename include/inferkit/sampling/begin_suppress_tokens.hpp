@@ -23,10 +23,15 @@ namespace inferkit {
 struct BeginSuppressTokens {
   std::vector<TokenId> tokens{};  ///< ids banned when generated == 0
 
+  /// The registered name, "begin_suppress_tokens": describe() starts with it.
   static constexpr std::string_view kName = "begin_suppress_tokens";
-  static constexpr bool kStateful = true;  // reads the generated count
+  /// Reads the generated count (StepInputs::generated): the chain needs a SamplerState.
+  static constexpr bool kStateful = true;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "begin_suppress_tokens(n)", n = the number of ids.
   std::string describe() const { return describe_rule(kName, {double(tokens.size())}); }
+  /// apply_begin_suppress_tokens() with the step's generated count (acts at generated == 0 only).
   void apply(Candidates& c, const StepInputs& in) const;
 };
 

@@ -48,12 +48,17 @@ struct Dry {
   Index penalty_last_n = -1;  ///< window of the history scanned: -1 = all of it, 0 = off, n > 0 = last n
   std::vector<std::vector<TokenId>> sequence_breakers{};  ///< each non-empty; matching restarts after one
 
+  /// The registered name, "dry": describe() starts with it.
   static constexpr std::string_view kName = "dry";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "dry(multiplier, base, allowed_length, penalty_last_n)".
   std::string describe() const {
     return describe_rule(kName, {multiplier, base, double(allowed_length), double(penalty_last_n)});
   }
+  /// apply_dry() over the step's history (its penalty_last_n window).
   void apply(Candidates& c, const StepInputs& in) const;
 };
 

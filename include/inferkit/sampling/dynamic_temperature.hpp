@@ -33,10 +33,15 @@ struct DynamicTemperature {
   float range = 0.0f;        ///< delta, >= 0 (0 = the plain temperature rule)
   float exponent = 1.0f;     ///< shape of the entropy map, >= 0
 
+  /// The registered name, "dynamic_temperature": describe() starts with it.
   static constexpr std::string_view kName = "dynamic_temperature";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "dynamic_temperature(temperature, range, exponent)".
   std::string describe() const { return describe_rule(kName, {temperature, range, exponent}); }
+  /// apply_dynamic_temperature() on the candidates (the temperature follows their entropy).
   void apply(Candidates& c, const StepInputs&) const;
 };
 

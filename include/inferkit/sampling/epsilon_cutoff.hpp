@@ -47,10 +47,15 @@ struct EpsilonCutoff {
   float epsilon = 3e-4f;  ///< probability floor, in (0, 1)
   Index min_keep = 1;     ///< tokens at or above the min_keep-th largest logit always stay
 
+  /// The registered name, "epsilon_cutoff": describe() starts with it.
   static constexpr std::string_view kName = "epsilon_cutoff";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const { validate_cutoff(epsilon, min_keep, "epsilon_cutoff"); }
+  /// "epsilon_cutoff(epsilon)".
   std::string describe() const { return describe_rule(kName, {epsilon}); }
+  /// apply_epsilon_cutoff() on the candidates.
   void apply(Candidates& c, const StepInputs&) const;
 };
 

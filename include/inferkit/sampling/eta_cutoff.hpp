@@ -26,10 +26,15 @@ struct EtaCutoff {
   float epsilon = 2e-3f;  ///< in (0, 1): the floor is min(epsilon, sqrt(epsilon) * exp(-H))
   Index min_keep = 1;     ///< tokens at or above the min_keep-th largest logit always stay
 
+  /// The registered name, "eta_cutoff": describe() starts with it.
   static constexpr std::string_view kName = "eta_cutoff";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const { validate_cutoff(epsilon, min_keep, "eta_cutoff"); }
+  /// "eta_cutoff(epsilon)".
   std::string describe() const { return describe_rule(kName, {epsilon}); }
+  /// apply_eta_cutoff() on the candidates.
   void apply(Candidates& c, const StepInputs&) const;
 };
 

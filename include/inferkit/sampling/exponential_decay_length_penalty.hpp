@@ -32,10 +32,15 @@ struct ExponentialDecayLengthPenalty {
   float decay_factor = 1.0f;             ///< > 0; 1 = off, > 1 makes EOS more likely every step
   std::vector<TokenId> eos_token_ids{};  ///< the EOS ids
 
+  /// The registered name, "exponential_decay_length_penalty": describe() starts with it.
   static constexpr std::string_view kName = "exponential_decay_length_penalty";
-  static constexpr bool kStateful = true;  // reads the generated count
+  /// Reads the generated count (StepInputs::generated): the chain needs a SamplerState.
+  static constexpr bool kStateful = true;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "exponential_decay_length_penalty(start_index, decay_factor)".
   std::string describe() const { return describe_rule(kName, {double(start_index), decay_factor}); }
+  /// apply_exponential_decay_length_penalty() with the step's generated count.
   void apply(Candidates& c, const StepInputs& in) const;
 };
 

@@ -47,16 +47,21 @@ struct FrequencyPresencePenalty {
   float presence = 0.0f;   ///< subtracted once when present
   Index last_n = -1;       ///< history window: -1 = all passed, 0 = none
 
+  /// The registered name, "frequency_presence_penalty": describe() starts with it.
   static constexpr std::string_view kName = "frequency_presence_penalty";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const {
     validate_frequency_presence_penalty(frequency, presence);
     detail::validate_penalty_last_n(last_n);
   }
+  /// "frequency_presence_penalty(frequency, presence)", with ", last_n" when last_n >= 0.
   std::string describe() const {
     return last_n < 0 ? describe_rule(kName, {frequency, presence})
                       : describe_rule(kName, {frequency, presence, double(last_n)});
   }
+  /// apply_frequency_presence_penalty() over the last `last_n` tokens of the step's history (none when 0).
   void apply(Candidates& c, const StepInputs& in) const {
     if (last_n != 0) apply_frequency_presence_penalty(c, history_tail(in.history, last_n), frequency, presence);
   }

@@ -45,10 +45,16 @@ inline void apply_logit_bias(Candidates& c, std::span<const TokenBias> biases) {
 struct LogitBias {
   std::vector<TokenBias> biases{};  ///< (token, bias) pairs
 
+  /// The registered name, "logit_bias": describe() starts with it.
   static constexpr std::string_view kName = "logit_bias";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
-  void validate() const {}  // checked against the vocabulary when applied
+  /// Nothing checked at add(): apply() checks the ids against the vocabulary (std::out_of_range) and the
+  /// biases (NaN or +inf: std::invalid_argument).
+  void validate() const {}
+  /// "logit_bias(n)", n = the number of (token, bias) pairs.
   std::string describe() const { return describe_rule(kName, {double(biases.size())}); }
+  /// apply_logit_bias() on the candidates.
   void apply(Candidates& c, const StepInputs&) const { apply_logit_bias(c, biases); }
 };
 

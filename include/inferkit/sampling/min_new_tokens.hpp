@@ -24,10 +24,15 @@ struct MinNewTokens {
   Index min_new_tokens = 0;              ///< >= 0 (0 = off)
   std::vector<TokenId> eos_token_ids{};  ///< the EOS ids (at least one when min_new_tokens > 0)
 
+  /// The registered name, "min_new_tokens": describe() starts with it.
   static constexpr std::string_view kName = "min_new_tokens";
-  static constexpr bool kStateful = true;  // reads the generated count
+  /// Reads the generated count (StepInputs::generated): the chain needs a SamplerState.
+  static constexpr bool kStateful = true;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "min_new_tokens(min_new_tokens)".
   std::string describe() const { return describe_rule(kName, {double(min_new_tokens)}); }
+  /// apply_min_new_tokens() with the step's generated count.
   void apply(Candidates& c, const StepInputs& in) const;
 };
 

@@ -171,10 +171,15 @@ struct MinP {
   float p = 0.0f;      ///< fraction of the largest probability a token needs, in [0, 1]
   Index min_keep = 1;  ///< at least this many stay
 
+  /// The registered name, "min_p": describe() starts with it.
   static constexpr std::string_view kName = "min_p";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const { validate_min_p(p, min_keep); }
+  /// "min_p(p)".
   std::string describe() const { return describe_rule(kName, {p}); }
+  /// apply_min_p() on the candidates.
   void apply(Candidates& c, const StepInputs&) const { apply_min_p(c, p, min_keep); }
 };
 

@@ -49,6 +49,7 @@ namespace inferkit {
 struct MirostatState {
   float mu = 0.0f;  ///< the surprise bound of the next truncation, finite
 
+  /// Its record tag in SamplerState's version-2 bytes (never reused for another state).
   static constexpr std::uint16_t kTag = 1;
   /// Appends the payload (mu, 4 bytes).
   void write(std::vector<std::uint8_t>& out) const { detail::append_le(out, std::bit_cast<std::uint32_t>(mu), 4); }
@@ -60,6 +61,7 @@ struct MirostatState {
     require(std::isfinite(s.mu), "bytes mu", s.mu, "must be finite");
     return s;
   }
+  /// Equal when the two mu compare equal (float ==).
   friend bool operator==(const MirostatState&, const MirostatState&) = default;
 };
 
@@ -70,16 +72,22 @@ struct Mirostat {
   float eta = 0.1f;  ///< learning rate, > 0
   Index m = 100;     ///< v1: candidates used to estimate the Zipf exponent, >= 2
 
+  /// The registered name, "mirostat": describe() starts with it.
   static constexpr std::string_view kName = "mirostat";
+  /// Keeps its own State in the request's SamplerState: the chain needs one.
   static constexpr bool kStateful = true;
+  /// The per-request state (mu), held in the request's SamplerState.
   using State = MirostatState;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "mirostat_v1(tau, eta, m)" or "mirostat_v2(tau, eta)".
   std::string describe() const {
     return version == 1 ? describe_rule("mirostat_v1", {tau, eta, double(m)})
                         : describe_rule("mirostat_v2", {tau, eta});
   }
   /// mu = 2 tau (paper and llama.cpp).
   State initial_state() const;
+  /// apply_mirostat() with the request's mu (the draw follows; accept() updates mu).
   void apply(Candidates& c, const StepInputs& in, const State& s) const;
   /// mu -= eta (surprise - tau) when the committed token is the one drawn (a forced or verified
   /// token's surprise under this distribution is unknown: mu stays).

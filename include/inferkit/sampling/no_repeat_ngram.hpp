@@ -55,10 +55,15 @@ inline void apply_no_repeat_ngram(Candidates& c, std::span<const TokenId> histor
 struct NoRepeatNgram {
   Index n = 0;  ///< n-gram size, >= 1
 
+  /// The registered name, "no_repeat_ngram": describe() starts with it.
   static constexpr std::string_view kName = "no_repeat_ngram";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const { validate_no_repeat_ngram(n); }
+  /// "no_repeat_ngram(n)".
   std::string describe() const { return describe_rule(kName, {double(n)}); }
+  /// apply_no_repeat_ngram() over the step's history.
   void apply(Candidates& c, const StepInputs& in) const { apply_no_repeat_ngram(c, in.history, n); }
 };
 

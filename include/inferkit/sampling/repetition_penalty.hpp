@@ -46,15 +46,20 @@ struct RepetitionPenalty {
   float penalty = 1.0f;  ///< > 0 (1 = off)
   Index last_n = -1;     ///< history window: -1 = all passed, 0 = none
 
+  /// The registered name, "repetition_penalty": describe() starts with it.
   static constexpr std::string_view kName = "repetition_penalty";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const {
     validate_repetition_penalty(penalty);
     detail::validate_penalty_last_n(last_n);
   }
+  /// "repetition_penalty(penalty)", with ", last_n" when last_n >= 0.
   std::string describe() const {
     return last_n < 0 ? describe_rule(kName, {penalty}) : describe_rule(kName, {penalty, double(last_n)});
   }
+  /// apply_repetition_penalty() over the last `last_n` tokens of the step's history (none when 0).
   void apply(Candidates& c, const StepInputs& in) const {
     if (last_n != 0) apply_repetition_penalty(c, history_tail(in.history, last_n), penalty);
   }

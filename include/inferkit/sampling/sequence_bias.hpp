@@ -36,10 +36,15 @@ struct SequenceBiasEntry {
 struct SequenceBias {
   std::vector<SequenceBiasEntry> entries{};  ///< the biased sequences
 
+  /// The registered name, "sequence_bias": describe() starts with it.
   static constexpr std::string_view kName = "sequence_bias";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "sequence_bias(n)", n = the number of entries.
   std::string describe() const { return describe_rule(kName, {double(entries.size())}); }
+  /// apply_sequence_bias() over the step's history.
   void apply(Candidates& c, const StepInputs& in) const;
 };
 

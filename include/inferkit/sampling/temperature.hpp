@@ -60,10 +60,15 @@ inline void apply_temperature(std::span<float> logits, float temperature) {
 struct Temperature {
   float value = 1.0f;  ///< T >= 0
 
+  /// The registered name, "temperature": describe() starts with it.
   static constexpr std::string_view kName = "temperature";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const { validate_temperature(value); }
+  /// "temperature(value)".
   std::string describe() const { return describe_rule(kName, {value}); }
+  /// apply_temperature() on the candidates (0 = greedy: the argmax stays).
   void apply(Candidates& c, const StepInputs&) const { apply_temperature(c, value); }
 };
 

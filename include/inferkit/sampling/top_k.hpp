@@ -90,10 +90,15 @@ inline void apply_top_k(std::span<float> logits, Index k) {
 struct TopK {
   Index k = 0;  ///< tokens kept; <= 0 keeps all
 
+  /// The registered name, "top_k": describe() starts with it.
   static constexpr std::string_view kName = "top_k";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
-  void validate() const {}  // every k is meaningful
+  /// Nothing to check: every k is meaningful (<= 0 or >= the vocabulary keeps all).
+  void validate() const {}
+  /// "top_k(k)".
   std::string describe() const { return describe_rule(kName, {double(k)}); }
+  /// apply_top_k() on the candidates.
   void apply(Candidates& c, const StepInputs&) const { apply_top_k(c, k); }
 };
 

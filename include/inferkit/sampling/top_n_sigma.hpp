@@ -161,10 +161,15 @@ inline void apply_top_n_sigma(std::span<float> logits, float n) {
 struct TopNSigma {
   float n = -1.0f;  ///< standard deviations below the max; <= 0 = off
 
+  /// The registered name, "top_n_sigma": describe() starts with it.
   static constexpr std::string_view kName = "top_n_sigma";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const { validate_top_n_sigma(n); }
+  /// "top_n_sigma(n)".
   std::string describe() const { return describe_rule(kName, {n}); }
+  /// apply_top_n_sigma() on the candidates.
   void apply(Candidates& c, const StepInputs&) const { apply_top_n_sigma(c, n); }
 };
 

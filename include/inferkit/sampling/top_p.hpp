@@ -458,10 +458,15 @@ struct TopP {
   float p = 1.0f;      ///< nucleus mass in [0, 1]; 0 keeps the min_keep most probable
   Index min_keep = 1;  ///< at least this many stay
 
+  /// The registered name, "top_p": describe() starts with it.
   static constexpr std::string_view kName = "top_p";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const { validate_top_p(p, min_keep); }
+  /// "top_p(p)".
   std::string describe() const { return describe_rule(kName, {p}); }
+  /// apply_top_p() on the candidates.
   void apply(Candidates& c, const StepInputs&) const { apply_top_p(c, p, min_keep); }
 };
 

@@ -71,10 +71,15 @@ struct Typical {
   float mass = 1.0f;   ///< typical mass in (0, 1]
   Index min_keep = 1;  ///< at least this many stay
 
+  /// The registered name, "typical_p": describe() starts with it.
   static constexpr std::string_view kName = "typical_p";
+  /// Reads no SamplerState: the chain's stateless apply() and sample() overloads take it.
   static constexpr bool kStateful = false;
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const { validate_typical(mass, min_keep); }
+  /// "typical_p(mass)".
   std::string describe() const { return describe_rule(kName, {mass}); }
+  /// apply_typical() on the candidates.
   void apply(Candidates& c, const StepInputs&) const { apply_typical(c, mass, min_keep); }
 };
 

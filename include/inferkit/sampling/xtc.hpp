@@ -45,14 +45,19 @@ struct Xtc {
   float probability = 0.0f;  ///< chance that the rule fires at a step, in [0, 1] (0 = never)
   Index min_keep = 1;        ///< the rule does not fire if fewer candidates would remain
 
+  /// The registered name, "xtc": describe() starts with it.
   static constexpr std::string_view kName = "xtc";
+  /// Reads no SamplerState (its coin reads the request's random stream: needs_rng()).
   static constexpr bool kStateful = false;
   /// Two XTC stages would flip the same coin.
   static constexpr std::string_view kOnePerChain = "its coin is words 2-3 of the draw's Philox block";
+  /// Throws std::invalid_argument naming the bad parameter and its value (SamplerChain::add() calls it).
   void validate() const;
+  /// "xtc(threshold, probability)".
   std::string describe() const { return describe_rule(kName, {threshold, probability}); }
   /// The coin needs the request's random stream (probability 0 never flips it).
   bool needs_rng() const { return probability > 0.0f; }
+  /// apply_xtc() with the coin of the step's draw (step.rng, step.draw_index).
   void apply(Candidates& c, const StepInputs& in) const;
 };
 
