@@ -5,6 +5,7 @@
 //
 //   return llama2c::cmd_eval(cli::parse_flags(llama2c::flag_table(), "eval", argc, argv, 2));
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -104,6 +105,12 @@ inline int cmd_eval(const cli::Flags& a) {
   }
   // A chunk longer than the file runs the same single chunk: clamped, so its logits fit.
   const Index chunk = std::min<Index>(a.integer("--eval-chunk"), static_cast<Index>(ids.size()));
+  {  // a chunk's logits rows and forward()'s activations (x, xb, q, att, k, v, h1, h3 rows)
+    const Config& mc = model.config();
+    const double row = double(mc.vocab_size) + 4.0 * mc.dim + 2.0 * mc.kv_dim() + 2.0 * mc.hidden_dim;
+    require_fits_memory("--eval-chunk", chunk, double(chunk) * row * sizeof(float),
+                        "a chunk's rows of logits (" + std::to_string(mc.vocab_size) + " each) and activations");
+  }
   const auto r = evaluate(model, ids, c, first, last, chunk);
   std::printf("tokens %zu predicted %ld mean_nll %.6f ppl %.4f kv_bytes %.0f weight_bytes %zu attn_arith %s\n",
               ids.size(), static_cast<long>(r.count), r.mean_nll, r.ppl(), r.kv_bytes, weight_bytes,

@@ -5,6 +5,7 @@
 //
 //   return llama2c::cmd_generate(cli::parse_flags(llama2c::flag_table(), "generate", argc, argv, 2));
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -49,6 +50,24 @@ inline void check_generation_fits(const Config& c, std::size_t prompt, Index ste
                       "BOS + prompt (" + std::to_string(prompt) + " tokens) + steps - 1 positions of KV cache (" +
                           bytes_text(kv) + " each" +
                           (copies > 1 ? ", " + std::to_string(long(copies)) + " caches" : "") + ")");
+}
+
+/// Rejects, before any allocation, a beam width whose per-step scratch cannot fit in memory:
+/// every live beam's row of logits, and the search's candidates (the best 2 * beams tokens of
+/// each row, 24 bytes each: inferkit::BeamSearch::step()).
+inline void check_beams_fit(const Config& c, long long beams) {
+  const double b = double(beams), v = double(c.vocab_size);
+  require_fits_memory(
+      "--beams", beams, b * v * sizeof(float) + b * std::min(2.0 * b, v) * 24.0,
+      "a row of logits (" + std::to_string(c.vocab_size) + " tokens) and the best 2 * beams candidates for each beam");
+}
+
+/// Rejects, before any allocation, a contrastive search whose per-step lookahead cannot fit in
+/// memory: the logits and the hidden state of each of the min(K, vocabulary) candidates.
+inline void check_contrastive_fits(const Config& c, long long k) {
+  const double n = std::min(double(k), double(c.vocab_size));
+  require_fits_memory("--contrastive", k, n * (double(c.vocab_size) + double(c.dim)) * sizeof(float),
+                      "the logits and hidden states of min(K, " + std::to_string(c.vocab_size) + ") candidates");
 }
 
 /// generate --prompts: prefix reuse over the file's prompts; prints each output.
@@ -129,6 +148,8 @@ inline int cmd_generate(const cli::Flags& a) {
   const bool speculative = a.has("--draft") || a.has("--draft-layers");
   const double copies = a.has("--beams") ? 2.0 * double(a.integer("--beams")) : speculative ? 2.0 : 1.0;
   check_generation_fits(model.config(), prompt.size(), steps, copies);  // beams: parents' and children's caches
+  if (a.has("--beams")) check_beams_fit(model.config(), a.integer("--beams"));
+  if (a.has("--contrastive")) check_contrastive_fits(model.config(), a.integer("--contrastive"));
   GenerateStats st;
   std::vector<TokenId> out;
   if (const auto steer = steering_spec(a, tok ? &*tok : nullptr)) {  // plain sampling with a residual hook

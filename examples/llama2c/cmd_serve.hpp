@@ -39,9 +39,16 @@ inline std::vector<TraceRequest> serve_requests(const cli::Flags& a, const Model
   w.vocab = vocab;
   w.seed = static_cast<unsigned>(a.integer("--workload-seed"));
   {  // the synthetic prompts and system prompts, bounded before they are drawn
+    // Each request also holds its TraceRequest, its sampler chain and state and its result in
+    // serve() (their inline parts; the heap parts of the chain and state are a few small
+    // vectors), so even 2-token prompts cost a few hundred bytes a request.
+    constexpr double kPerRequest =
+        sizeof(TraceRequest) + sizeof(inferkit::SamplerChain) + sizeof(inferkit::SamplerState) + sizeof(RequestResult);
     const double prompt_bytes = double(w.prompt_max) * sizeof(TokenId);
-    require_fits_memory("--synthetic", a.integer("--synthetic"), double(a.integer("--synthetic")) * prompt_bytes,
-                        "prompts of up to " + std::to_string(w.prompt_max) + " tokens (--prompt-len)");
+    require_fits_memory("--synthetic", a.integer("--synthetic"),
+                        double(a.integer("--synthetic")) * (prompt_bytes + kPerRequest),
+                        "prompts of up to " + std::to_string(w.prompt_max) + " tokens (--prompt-len) and " +
+                            std::to_string(long(kPerRequest)) + " bytes of state per request");
     require_fits_memory("--shared-prefixes", w.shared_prefixes,
                         double(w.shared_prefixes) * double(std::max(w.prompt_max, w.prefix_tokens)) * sizeof(TokenId),
                         "system prompts of " + std::to_string(std::max(w.prompt_max, w.prefix_tokens)) + " tokens");

@@ -133,11 +133,46 @@ TEST_CASE("command-line sizes beyond memory or int32 positions are rejected by f
   check_rejected("generate --model " + m + " --steps 2147483648", {"--steps = 2147483648 is invalid"});
   check_rejected("generate --model " + m + " --beams 65536 --steps 100000",
                  {"--steps = 100000 is invalid", "131072 caches"});
+  {  // A wide vocabulary: 65536 beams' logits rows and candidates need ~480 GB, a full-vocabulary
+    // contrastive lookahead 4.4 TB (the KV caches of two steps fit).
+    llama2c::Config wide = bounds_shape();
+    wide.dim = 4;
+    wide.n_heads = wide.n_kv_heads = 2;
+    wide.n_layers = 1;
+    wide.hidden_dim = 2;
+    wide.vocab_size = 1 << 20;
+    const auto path = (std::filesystem::temp_directory_path() / "inferkit_bounds_wide.bin").string();
+    llama2c::Model::random(wide, 3).save(path);
+    check_rejected("generate --model " + path + " --beams 65536 --steps 2",
+                   {"--beams = 65536 is invalid: a row of logits (1048576 tokens) and the best 2 * beams candidates "
+                    "for each beam need",
+                    "more than this machine's memory"});
+    check_rejected("generate --model " + path + " --contrastive 2147483647 --steps 2",
+                   {"--contrastive = 2147483647 is invalid: the logits and hidden states of min(K, 1048576) "
+                    "candidates need",
+                    "more than this machine's memory"});
+    // eval: one chunk of 2^17 tokens holds 2^17 rows of 2^20 logits (550 GB); the file is 256 KB.
+    const auto ids = (std::filesystem::temp_directory_path() / "inferkit_bounds_wide_ids.txt").string();
+    {
+      std::ofstream f(ids);
+      for (int i = 0; i < (1 << 17); ++i) f << "1 ";
+    }
+    check_rejected("eval --model " + path + " --eval-ids " + ids + " --eval-chunk 131072",
+                   {"--eval-chunk = 131072 is invalid: a chunk's rows of logits (1048576 each) and activations need",
+                    "more than this machine's memory"});
+    std::filesystem::remove(ids);
+    std::filesystem::remove(path);
+  }
   check_rejected(
       "serve --model " + m + " --synthetic 2 --prompt-len 2:3 --output-len 1:2 --kv-blocks 2147483646",
       {"--kv-blocks = 2147483646 is invalid: its pages of 16 tokens need", "more than this machine's memory"});
   check_rejected("serve --model " + m + " --synthetic 2147483647 --prompt-len 2:2147483647",
                  {"--synthetic = 2147483647 is invalid: prompts of up to 2147483647 tokens (--prompt-len)"});
+  // Short prompts still cost each request its state: 2^31-1 requests of 2 tokens are refused too
+  // (their prompts alone, 17 GB, might fit; with the state they do not).
+  check_rejected("serve --model " + m + " --synthetic 2147483647 --prompt-len 2:2 --output-len 1:1",
+                 {"--synthetic = 2147483647 is invalid: prompts of up to 2 tokens (--prompt-len) and ",
+                  "bytes of state per request need", "more than this machine's memory"});
   check_rejected("serve --model " + m + " --synthetic 2 --kv-blocks 2147483647",
                  {"--kv-blocks = 2147483647 is invalid"});
   const auto ids = (std::filesystem::temp_directory_path() / "inferkit_bounds_ids.txt").string();
