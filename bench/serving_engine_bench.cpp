@@ -28,6 +28,7 @@
 #include <ctime>
 #include <string>
 
+#include "llama2c/generate.hpp"
 #include "llama2c/serve.hpp"
 #include "llama2c/serving_workload.hpp"
 
