@@ -106,7 +106,7 @@ llama2c::ServeOptions options() {
   llama2c::ServeOptions o;
   o.scheduler.max_batched_tokens = kBudget;
   o.scheduler.max_sequences = kSequences;
-  o.threads = kThreads;
+  o.num_threads = kThreads;
   o.fingerprint = "stories15M-random";
   return o;
 }

@@ -119,16 +119,17 @@ struct TransposedMatrix {
 };
 
 /// y [rows x w.out] = x [rows x w.in] W^T, every element one FMA chain over k = 0 .. in - 1 (so a
-/// row's result bits do not depend on `rows`, its place among them or `threads`). Rows have
-/// strides ldx, ldy (floats). Parallel over (row chunk, column tile) units on `threads`
+/// row's result bits do not depend on `rows`, its place among them or `num_threads`). Rows have
+/// strides ldx, ldy (floats). Parallel over (row chunk, column tile) units on `num_threads`
 /// threads (0 = OpenMP's default).
 inline void fixed_order_gemm(const float* x, Index rows, Index ldx, const TransposedMatrix& w, float* y, Index ldy,
-                             int threads) {
+                             int num_threads) {
   using namespace detail;
   const Index col_tiles = inferkit::ceil_div(w.out, kGemmCols), row_chunks = inferkit::ceil_div(rows, kGemmRowChunk);
   const auto units = static_cast<std::int64_t>(col_tiles * row_chunks);
   const double flops = 2.0 * double(rows) * double(w.in) * double(w.out);
-#pragma omp parallel for schedule(static) num_threads(inferkit::resolve_threads(threads)) if (units > 1 && flops > 4e5)
+#pragma omp parallel for schedule(static) \
+    num_threads(inferkit::resolve_threads(num_threads)) if (units > 1 && flops > 4e5)
   for (std::int64_t u = 0; u < units; ++u) {
     const Index ct = u % col_tiles, rc = u / col_tiles;  // consecutive units share the row chunk
     const Index c0 = ct * kGemmCols, cols = std::min(kGemmCols, w.out - c0);
@@ -143,7 +144,7 @@ inline void fixed_order_gemm(const float* x, Index rows, Index ldx, const Transp
 /// Options of the batched forward.
 struct BatchForwardOptions {
   bool deterministic = false;  ///< batch-invariant attention and fixed_order_gemm() matmuls
-  int threads = 0;             ///< threads for attention and the fixed-order matmuls (0 = OpenMP's default)
+  int num_threads = 0;         ///< threads for attention and the fixed-order matmuls (0 = OpenMP's default)
 };
 
 /// Runs serving plans through a model (float weights; a model with a ProjectionHook is
@@ -153,6 +154,7 @@ class BatchForward {
  public:
   /// Throws std::invalid_argument for a model with installed projections (quantized weights).
   BatchForward(const Model& m, BatchForwardOptions o) : m_(&m), o_(o) {
+    inferkit::require_thread_count("BatchForwardOptions::num_threads", o.num_threads);
     if (m.projections())
       throw std::invalid_argument(
           "llama2c: the batched forward runs float weights (no --weights / quantized projections)");
@@ -197,7 +199,7 @@ class BatchForward {
     const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
     inferkit::AttentionOptions aopt;
     aopt.batch_invariant = o_.deterministic;
-    aopt.num_threads = o_.threads;
+    aopt.num_threads = o_.num_threads;
     std::vector<typename inferkit::BlockTable<T>::Source> sources;
     sources.reserve(plan.sequences.size());
     for (int l = 0; l < c.n_layers; ++l) {
@@ -233,7 +235,7 @@ class BatchForward {
       rmsnorm(xl_.row(i).data(), x_.row(plan.logit_rows[static_cast<std::size_t>(i)]).data(), m_->rms_final(), D);
     Eigen::Map<RowMatrix> out(logits, rows, c.vocab_size);
     if (o_.deterministic)
-      fixed_order_gemm(xl_.data(), rows, D, wt_.back(), logits, c.vocab_size, o_.threads);
+      fixed_order_gemm(xl_.data(), rows, D, wt_.back(), logits, c.vocab_size, o_.num_threads);
     else
       out.noalias() = xl_ * m_->wcls().transpose();
   }
@@ -243,7 +245,7 @@ class BatchForward {
   void matmul(Proj p, int l, const RowMatrix& x, RowMatrix& y) {
     if (o_.deterministic) {
       const TransposedMatrix& w = wt_[static_cast<std::size_t>(l * 7 + static_cast<int>(p))];
-      fixed_order_gemm(x.data(), x.rows(), x.cols(), w, y.data(), y.cols(), o_.threads);
+      fixed_order_gemm(x.data(), x.rows(), x.cols(), w, y.data(), y.cols(), o_.num_threads);
     } else {
       y.noalias() = x * m_->matrix(p, l).transpose();
     }

@@ -33,7 +33,7 @@ class ExpertParallelMoe final : public ExpertParallelHook {
   ExpertParallelMoe(MPI_Comm comm, Index num_experts)
       : comm_(comm), exchange_(comm, inferkit::ExpertPlacement::contiguous(num_experts, comm_size(comm))) {}
 
-  void run(const inferkit::Routing& routing, const float* xb, float* x, Index n, Index dim, int threads,
+  void run(const inferkit::Routing& routing, const float* xb, float* x, Index n, Index dim, int num_threads,
            const ExpertFn& expert) const override {
     int rank = 0;
     MPI_Comm_rank(comm_, &rank);
@@ -44,7 +44,7 @@ class ExpertParallelMoe final : public ExpertParallelHook {
     plan_.build(local_);
     exchange_.run(plan_, inferkit::MatrixView<const float>(xb + mine.first * dim, mine.tokens, dim), expert,
                   inferkit::MatrixView<float>(x + mine.first * dim, mine.tokens, dim),
-                  {.accumulate = true, .threads = threads});
+                  {.accumulate = true, .threads = num_threads});
     counts_.resize(static_cast<std::size_t>(ranks));
     displs_.resize(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) {

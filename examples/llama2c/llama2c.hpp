@@ -34,6 +34,7 @@
 #include <inferkit/attention/reference.hpp>
 #include <inferkit/inferkit.hpp>
 
+#include "bounds.hpp"
 #include "moe_model.hpp"
 
 namespace llama2c {
@@ -147,6 +148,9 @@ class Model {
       throw std::invalid_argument("llama2c: model file '" + path + "' is truncated: " + std::to_string(bytes) +
                                   " bytes, the header's shape needs " + need);
     }
+    if (approx > physical_memory_bytes())
+      throw std::invalid_argument("llama2c: model file '" + path + "': its weights need " + bytes_text(approx) +
+                                  ", more than this machine's memory (" + bytes_text(physical_memory_bytes()) + ")");
     Model m(c);
     const std::size_t need = m.data_.size() * sizeof(float) + header;
     if (bytes < need)
@@ -164,6 +168,14 @@ class Model {
   /// A model of any shape with random weights (normal, scaled by 1/sqrt(fan-in)).
   static Model random(Config c, std::uint64_t seed) {
     validate(c, "random model");
+    const double bytes = weight_floats_approx(c) * sizeof(float), memory = physical_memory_bytes();
+    if (bytes > memory)  // checked in double before weight_floats() could overflow size_t
+      throw std::invalid_argument(
+          "llama2c: random model: dim = " + std::to_string(c.dim) + ", hidden_dim = " + std::to_string(c.hidden_dim) +
+          ", n_layers = " + std::to_string(c.n_layers) + ", vocab_size = " + std::to_string(c.vocab_size) +
+          ", seq_len = " + std::to_string(c.seq_len) + ", n_experts = " + std::to_string(c.n_experts) +
+          " is invalid: its weights need " + bytes_text(bytes) + ", more than this machine's memory (" +
+          bytes_text(memory) + ")");
     Model m(c);
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include <inferkit/core/threading.hpp>
 #include <inferkit/moe/dispatch.hpp>
 
 namespace llama2c {
@@ -65,7 +66,7 @@ struct MoeOptions {
   double capacity_factor = 0.0;  // <= 0: dropless
   inferkit::OverflowPolicy policy = inferkit::OverflowPolicy::arrival_order;
   bool reroute = false;
-  int threads = 0;
+  int num_threads = 0;  // threads of routing, dispatch and combine (0 = OpenMP's default)
 };
 
 /// One layer's MoE weights (row-major views into the model's buffer).
@@ -123,7 +124,7 @@ class ExpertParallelHook {
   /// expert(e, in [rows, dim], out [rows, dim]): expert e's FFN over rows.
   using ExpertFn = std::function<void(Index, inferkit::MatrixView<const float>, inferkit::MatrixView<float>)>;
   virtual ~ExpertParallelHook() = default;
-  virtual void run(const inferkit::Routing& routing, const float* xb, float* x, Index n, Index dim, int threads,
+  virtual void run(const inferkit::Routing& routing, const float* xb, float* x, Index n, Index dim, int num_threads,
                    const ExpertFn& expert) const = 0;
 };
 
@@ -141,13 +142,14 @@ class MoeFfn {
 
   /// x[t] += MoE(xb[t]) for n tokens (rows of dim floats, contiguous), k experts per token.
   void run(const MoeLayerView& w, int k, const float* xb, float* x, Index n) {
+    inferkit::require_thread_count("MoeOptions::num_threads", options.num_threads);
     const Index E = w.experts, D = w.dim;
     logits_.resize(n, E);
     logits_.noalias() = ConstMap(xb, n, D) * ConstMap(w.router, E, D).transpose();
     const inferkit::RouterOptions ro{.top_k = k,
                                      .scoring = options.scoring,
                                      .renormalize = options.scoring == inferkit::RouterScoring::sigmoid,
-                                     .threads = options.threads};
+                                     .threads = options.num_threads};
     const inferkit::MatrixView<const float> lv(logits_.data(), n, E);
     inferkit::route(lv, ro, routing_);
     inferkit::apply_capacity(
@@ -155,7 +157,7 @@ class MoeFfn {
         lv, ro, &last);
     totals.add(last, n);
     if (parallel)  // routed (and capacity applied) over the whole chunk, as in one process
-      return parallel->run(routing_, xb, x, n, D, options.threads,
+      return parallel->run(routing_, xb, x, n, D, options.num_threads,
                            [&](Index e, inferkit::MatrixView<const float> in, inferkit::MatrixView<float> out) {
                              expert_ffn(w, e, in, out);
                            });
@@ -164,7 +166,7 @@ class MoeFfn {
     rows_.resize(N, D);
     out_.resize(N, D);
     inferkit::dispatch(plan_, inferkit::MatrixView<const float>(xb, n, D),
-                       inferkit::MatrixView<float>(rows_.data(), N, D), options.threads);
+                       inferkit::MatrixView<float>(rows_.data(), N, D), options.num_threads);
     for (Index e = 0; e < E; ++e) {  // one matrix-matrix product per expert and projection
       const Index r0 = plan_.expert_begin(e), ne = plan_.expert_rows(e);
       if (ne == 0) continue;
@@ -172,7 +174,7 @@ class MoeFfn {
                  inferkit::MatrixView<float>(out_.data() + r0 * D, ne, D));
     }
     inferkit::combine(plan_, inferkit::MatrixView<const float>(out_.data(), N, D), inferkit::MatrixView<float>(x, n, D),
-                      {.accumulate = true, .threads = options.threads});
+                      {.accumulate = true, .threads = options.num_threads});
   }
 
   /// out = expert e's SwiGLU FFN of the rows in (contiguous [rows, dim] views): one matrix-matrix

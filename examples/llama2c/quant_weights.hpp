@@ -40,7 +40,7 @@ struct QuantOptions {
   std::optional<float> smooth_alpha{};       // SmoothQuant migration strength (needs calib_ids)
   std::vector<TokenId> calib_ids{};          // calibration tokens for SmoothQuant
   inferkit::Int4Spec int4{32, true};
-  int threads = 0;  // threads of each product (0 = OpenMP's default)
+  int num_threads = 0;  // threads of each product (0 = OpenMP's default)
 };
 
 inline const char* format_name(WeightFormat f) {
@@ -79,14 +79,14 @@ class QuantizedProjections final : public ProjectionHook {
       inferkit::matvec(
           *q.int4, xs, ys,
           {.activations = o_.act_int8 ? inferkit::ActivationFormat::kInt8 : inferkit::ActivationFormat::kFloat,
-           .threads = o_.threads});
+           .threads = o_.num_threads});
     } else if (o_.act_int8) {
-      inferkit::MatmulOptions mo{.threads = o_.threads};
+      inferkit::MatmulOptions mo{.threads = o_.num_threads};
       if (o_.outlier_threshold) mo.outliers = inferkit::OutlierOptions{*o_.outlier_threshold, q.float_weights};
       inferkit::matmul(inferkit::MatrixView<const float>(x, 1, q.float_weights.cols()), *q.int8,
                        inferkit::MatrixView<float>(y, 1, q.float_weights.rows()), mo);
     } else {
-      inferkit::matvec(*q.int8, xs, ys, {.threads = o_.threads});
+      inferkit::matvec(*q.int8, xs, ys, {.threads = o_.num_threads});
     }
   }
 
@@ -177,6 +177,7 @@ inline void smooth_model(Model& m, const std::vector<TokenId>& ids, float alpha)
 
 /// Checks the combination of options (the messages name the CLI flags).
 inline void validate(const QuantOptions& o) {
+  inferkit::require_thread_count("QuantOptions::num_threads", o.num_threads);
   if (o.act_int8 && o.weights == WeightFormat::kF32)
     throw std::invalid_argument("--act-int8 needs --weights int8 or int4");
   if (o.outlier_threshold && !(o.weights == WeightFormat::kInt8 && o.act_int8))

@@ -1,39 +1,24 @@
 #pragma once
-// The generate subcommand's flags for inferkit's decoding rules beyond the classic set (issue 20),
-// with llama.cpp's names where it has the rule and Hugging Face's otherwise:
-//   --sampler-order inferkit|hf|llama.cpp   preset order (inferkit = hf, the default)
-//   --typical P  --frequency-penalty F  --presence-penalty P  --min-keep N
-//   --dynatemp-range R  --dynatemp-exp E    dynamic temperature around --temperature
-//   --top-n-sigma N
-//   --xtc-threshold T  --xtc-probability P
-//   --dry-multiplier M  --dry-base B  --dry-allowed-length N  --dry-penalty-last-n N
-//   --dry-breakers "IDS;IDS..."             sequence breakers as token ids ("13;29871 13")
-//   --mirostat 1|2  --mirostat-tau T  --mirostat-eta E
-//   --epsilon-cutoff E  --eta-cutoff E
-//   --min-new-tokens N  --exp-decay START:FACTOR  (EOS = token 2, llama2.c's "</s>")
-//   --bad-words "IDS;IDS..."  --sequence-bias "IDS=BIAS;..."  --begin-suppress "IDS"
-// The flag parser of main.cpp is passed in (has / str / integer / real), so this file holds only
-// the mapping. Malformed lists name the flag and the piece they reject.
+// generate's decoding-rule flags read into a SamplingConfig (the flags themselves, their
+// defaults and help are declared in flag_table.hpp, group "Sampling"; llama.cpp's names where
+// it has the rule, Hugging Face's otherwise). This file holds the mapping and the parsers of
+// the list-valued flags: malformed lists name the flag and the piece they reject.
+//
+//   llama2c::SamplingConfig s;
+//   llama2c::apply_sampling_flags(flags, s);  // flags: cli::Flags of generate
 
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "flags.hpp"
 #include "sampling_config.hpp"
 
 namespace llama2c {
 
-/// The value flags this file reads (main.cpp adds them to its accepted set).
-inline const std::vector<std::string> kSamplingValueFlags = {
-    "--sampler-order",  "--typical",      "--frequency-penalty",  "--presence-penalty",   "--min-keep",
-    "--dynatemp-range", "--dynatemp-exp", "--top-n-sigma",        "--xtc-threshold",      "--xtc-probability",
-    "--dry-multiplier", "--dry-base",     "--dry-allowed-length", "--dry-penalty-last-n", "--dry-breakers",
-    "--mirostat",       "--mirostat-tau", "--mirostat-eta",       "--epsilon-cutoff",     "--eta-cutoff",
-    "--min-new-tokens", "--exp-decay",    "--bad-words",          "--sequence-bias",      "--begin-suppress"};
-
 namespace detail {
-
 /// Whitespace-separated token ids of `text`; `flag` names the source in errors.
 inline std::vector<TokenId> id_list(const std::string& text, const std::string& flag) {
   std::istringstream in(text);
@@ -47,7 +32,8 @@ inline std::vector<TokenId> id_list(const std::string& text, const std::string& 
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != tok.size() || v < 0) throw std::invalid_argument(flag + ": '" + tok + "' is not a token id");
+    if (used != tok.size() || v < 0 || v > std::numeric_limits<TokenId>::max())
+      throw std::invalid_argument(flag + ": '" + tok + "' is not a token id");
     ids.push_back(static_cast<TokenId>(v));
   }
   return ids;
@@ -80,37 +66,41 @@ inline float real_of(const std::string& text, const std::string& flag) {
 
 }  // namespace detail
 
-/// Reads the flags above from `a` into `s` (parameter ranges are checked by the chain's presets).
-template <class Flags>
-void apply_sampling_flags(const Flags& a, SamplingConfig& s) {
+/// Reads the flags above from `a` into `s`: the classic five (temperature, top-k, top-p, min-p,
+/// repetition penalty), the penalty window and the seed, then every other decoding rule
+/// (parameter ranges are checked by the chain's presets, make_chain()).
+inline void apply_sampling_flags(const cli::Flags& a, SamplingConfig& s) {
   inferkit::SamplingParams& p = s.params;
-  const std::string order = a.str("--sampler-order", "inferkit");
-  if (order == "llama.cpp")
-    s.llama_cpp_order = true;
-  else if (order != "inferkit" && order != "hf")
-    throw std::invalid_argument("--sampler-order = '" + order + "' is invalid: must be inferkit, hf or llama.cpp");
-  p.typical_p = a.real("--typical", p.typical_p);
-  p.frequency_penalty = a.real("--frequency-penalty", p.frequency_penalty);
-  p.presence_penalty = a.real("--presence-penalty", p.presence_penalty);
-  p.min_keep = a.integer("--min-keep", p.min_keep);
-  p.dynatemp_range = a.real("--dynatemp-range", p.dynatemp_range);
-  p.dynatemp_exponent = a.real("--dynatemp-exp", p.dynatemp_exponent);
-  p.top_n_sigma = a.real("--top-n-sigma", p.top_n_sigma);
-  p.xtc_threshold = a.real("--xtc-threshold", p.xtc_threshold);
-  p.xtc_probability = a.real("--xtc-probability", p.xtc_probability);
-  p.dry_multiplier = a.real("--dry-multiplier", p.dry_multiplier);
-  p.dry_base = a.real("--dry-base", p.dry_base);
-  p.dry_allowed_length = a.integer("--dry-allowed-length", p.dry_allowed_length);
-  p.dry_penalty_last_n = a.integer("--dry-penalty-last-n", p.dry_penalty_last_n);
-  if (a.has("--dry-breakers")) p.dry_sequence_breakers = detail::id_lists(a.str("--dry-breakers"), "--dry-breakers");
-  p.mirostat = static_cast<int>(a.integer("--mirostat", p.mirostat));
-  p.mirostat_tau = a.real("--mirostat-tau", p.mirostat_tau);
-  p.mirostat_eta = a.real("--mirostat-eta", p.mirostat_eta);
-  p.epsilon_cutoff = a.real("--epsilon-cutoff", p.epsilon_cutoff);
-  p.eta_cutoff = a.real("--eta-cutoff", p.eta_cutoff);
-  p.min_new_tokens = a.integer("--min-new-tokens", p.min_new_tokens);
+  p.temperature = a.real("--temperature");
+  p.top_k = a.integer("--top-k");
+  p.top_p = a.real("--top-p");
+  p.min_p = a.real("--min-p");
+  p.repetition_penalty = a.real("--repeat-penalty");
+  s.repeat_last_n = a.integer("--repeat-last-n");
+  s.seed = static_cast<std::uint64_t>(a.integer("--seed"));
+  s.llama_cpp_order = a.text("--sampler-order") == "llama.cpp";
+  p.typical_p = a.real("--typical");
+  p.frequency_penalty = a.real("--frequency-penalty");
+  p.presence_penalty = a.real("--presence-penalty");
+  p.min_keep = a.integer("--min-keep");
+  p.dynatemp_range = a.real("--dynatemp-range");
+  p.dynatemp_exponent = a.real("--dynatemp-exp");
+  p.top_n_sigma = a.real("--top-n-sigma");
+  p.xtc_threshold = a.real("--xtc-threshold");
+  p.xtc_probability = a.real("--xtc-probability");
+  p.dry_multiplier = a.real("--dry-multiplier");
+  p.dry_base = a.real("--dry-base");
+  p.dry_allowed_length = a.integer("--dry-allowed-length");
+  p.dry_penalty_last_n = a.integer("--dry-penalty-last-n");
+  if (a.has("--dry-breakers")) p.dry_sequence_breakers = detail::id_lists(a.text("--dry-breakers"), "--dry-breakers");
+  p.mirostat = static_cast<int>(a.integer("--mirostat"));
+  p.mirostat_tau = a.real("--mirostat-tau");
+  p.mirostat_eta = a.real("--mirostat-eta");
+  p.epsilon_cutoff = a.real("--epsilon-cutoff");
+  p.eta_cutoff = a.real("--eta-cutoff");
+  p.min_new_tokens = a.integer("--min-new-tokens");
   if (a.has("--exp-decay")) {
-    const std::string v = a.str("--exp-decay");
+    const std::string v = a.text("--exp-decay");
     const auto colon = v.find(':');
     if (colon == std::string::npos)
       throw std::invalid_argument("--exp-decay = '" + v + "' is invalid: must be START:FACTOR");
@@ -120,9 +110,9 @@ void apply_sampling_flags(const Flags& a, SamplingConfig& s) {
     p.exponential_decay_start = start[0];
     p.exponential_decay_factor = detail::real_of(v.substr(colon + 1), "--exp-decay");
   }
-  if (a.has("--bad-words")) p.bad_words = detail::id_lists(a.str("--bad-words"), "--bad-words");
+  if (a.has("--bad-words")) p.bad_words = detail::id_lists(a.text("--bad-words"), "--bad-words");
   if (a.has("--sequence-bias")) {
-    std::istringstream in(a.str("--sequence-bias"));
+    std::istringstream in(a.text("--sequence-bias"));
     std::string part;
     while (std::getline(in, part, ';')) {
       const auto eq = part.find('=');
@@ -133,7 +123,7 @@ void apply_sampling_flags(const Flags& a, SamplingConfig& s) {
     }
   }
   if (a.has("--begin-suppress"))
-    p.begin_suppress_tokens = detail::id_list(a.str("--begin-suppress"), "--begin-suppress");
+    p.begin_suppress_tokens = detail::id_list(a.text("--begin-suppress"), "--begin-suppress");
   if (p.min_new_tokens > 0 || p.exponential_decay_factor != 1.0f || !p.bad_words.empty()) p.eos_token_ids = {kEos};
 }
 

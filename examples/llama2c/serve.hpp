@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "batch_forward.hpp"
+#include "bounds.hpp"
 #include "sampling_config.hpp"
 #include "serving_workload.hpp"
 #include "trace.hpp"
@@ -99,7 +100,7 @@ struct ServeOptions {
   bool prefix_cache = true;             ///< reuse cached prefixes through a PrefixTrie
   bool deterministic = false;           ///< batch-invariant attention and fixed-order matmuls (batch_forward.hpp)
   Index static_batch = 0;               ///< > 0: the static-batching baseline with groups of this size
-  int threads = 0;                      ///< threads of attention and the fixed-order matmuls (0 = OpenMP's default)
+  int num_threads = 0;                  ///< threads of attention and the fixed-order matmuls (0 = OpenMP's default)
   std::string fingerprint = "llama2c";  ///< model identity for the prefix cache
   ServeClock* clock = nullptr;          ///< nullptr: wall-clock time
   /// If set, sees every sampled row's logits before sampling: (request index in the trace,
@@ -186,6 +187,7 @@ inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace,
     throw std::invalid_argument("--kv-blocks = " + std::to_string(o.kv_blocks) + " is invalid: must be >= 0");
   if (o.static_batch < 0)
     throw std::invalid_argument("--static-batch = " + std::to_string(o.static_batch) + " is invalid: must be >= 0");
+  inferkit::require_thread_count("--threads", o.num_threads);
   inferkit::SchedulerConfig sc = o.scheduler;
   if (o.kv_quant) {  // KIVI pages: chunks end at whole key groups (SchedulerConfig::prefill_chunk_alignment)
     const inferkit::KvQuantConfig pq = paged_quant(*o.kv_quant, o.page_size);
@@ -200,15 +202,26 @@ inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace,
   const Index n = static_cast<Index>(trace.size());
   std::vector<inferkit::SamplerChain> chains;
   std::vector<inferkit::SamplerState> states;
+  // Every size is checked against what memory holds before the pool is allocated: each
+  // request's KV at its longest, then the pool.
+  const double memory = physical_memory_bytes();
+  const double kv_token =
+      kv_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_size(),
+                         o.kv_quant ? std::optional(paged_quant(*o.kv_quant, o.page_size)) : std::nullopt);
   Index longest = 1, total = 0;
   for (Index i = 0; i < n; ++i) {
     const TraceRequest& r = trace[static_cast<std::size_t>(i)];
-    const std::string at = "request " + std::to_string(i) + ": ";
+    const std::string at =
+        "request " + std::to_string(i) + (r.line > 0 ? " (trace line " + std::to_string(r.line) + ")" : "") + ": ";
     if (r.prompt.empty()) throw std::invalid_argument(at + "prompt.size() = 0 is invalid: must be >= 1");
     for (TokenId t : r.prompt)
       if (t < 0 || t >= c.vocab_size)
         throw std::invalid_argument(at + "prompt token " + std::to_string(t) + " is outside the vocabulary [0, " +
                                     std::to_string(c.vocab_size) + ")");
+    if (r.max_new_tokens < 1 || r.max_new_tokens > kMaxPositions - static_cast<Index>(r.prompt.size()))
+      throw std::invalid_argument(at + "max_new_tokens = " + std::to_string(r.max_new_tokens) +
+                                  " is invalid: must be >= 1, and prompt + max_new_tokens at most 2^31-1 positions");
+    check_request_fits(r, i, kv_token, memory);
     const Index need =
         inferkit::ceil_div<Index>(static_cast<Index>(r.prompt.size()) + r.max_new_tokens - 1, o.page_size);
     longest = std::max(longest, need);
@@ -216,7 +229,20 @@ inline ServeReport serve(const Model& m, const std::vector<TraceRequest>& trace,
     chains.push_back(make_chain(r.sampling));
     states.push_back(chains.back().make_state());
   }
-  const Index blocks = o.kv_blocks > 0 ? o.kv_blocks : std::max<Index>(1, std::min(total, longest * sc.max_sequences));
+  // Default pool: every running request at its longest (min in double: longest * max_sequences may overflow).
+  const Index blocks =
+      o.kv_blocks > 0
+          ? o.kv_blocks
+          : std::max<Index>(1, static_cast<Index>(std::min(double(total), double(longest) * double(sc.max_sequences))));
+  const double pool_bytes = double(blocks) * double(o.page_size) * kv_token;
+  if (pool_bytes > memory)
+    throw std::invalid_argument("--kv-blocks = " + std::to_string(o.kv_blocks) + " is invalid: " +
+                                (o.kv_blocks > 0 ? std::string("its pages")
+                                                 : "the default pool (every running request at its longest: " +
+                                                       std::to_string(blocks) + " pages)") +
+                                " of " + std::to_string(o.page_size) + " tokens need " + bytes_text(pool_bytes) +
+                                ", more than this machine's memory (" + bytes_text(memory) + ")" +
+                                (o.kv_blocks > 0 ? "" : ": give --kv-blocks (a smaller pool preempts)"));
   inferkit::BlockPoolConfig pc{c.n_layers, c.n_kv_heads, c.head_size(), o.page_size, blocks};
   if (o.kv_quant) {
     pc.quant = paged_quant(*o.kv_quant, o.page_size);
@@ -238,7 +264,7 @@ ServeReport detail::serve_on(const Model& m, const std::vector<TraceRequest>& tr
   std::unique_ptr<inferkit::PrefixTrie<T>> trie;
   if (o.prefix_cache) trie = std::make_unique<inferkit::PrefixTrie<T>>(pool);
   inferkit::Scheduler<T> sched(pool, trie.get(), sc);
-  BatchForward fwd(m, {.deterministic = o.deterministic, .threads = o.threads});
+  BatchForward fwd(m, {.deterministic = o.deterministic, .num_threads = o.num_threads});
   WallClock wall;
   ServeClock& clock = o.clock ? *o.clock : wall;
 
@@ -257,7 +283,7 @@ ServeReport detail::serve_on(const Model& m, const std::vector<TraceRequest>& tr
     inferkit::RequestParams p;
     p.prompt = r.prompt;
     p.max_new_tokens = r.max_new_tokens;
-    p.eos_token_ids = r.eos_ids;
+    p.eos_token_ids = r.eos_token_ids;
     p.seed = r.sampling.seed;
     p.identity = identity;
     try {

@@ -5,7 +5,7 @@
 // that compares the NLL of held-out text and the probability of a token set with and without
 // steering.
 //
-// Semantics of the CLI flags (main.cpp):
+// Semantics of the CLI flags (declared in flag_table.hpp, read by cmd_common.hpp):
 //   --steer-pos / --steer-neg FILE  one prompt per line (token ids, or text with --tokenizer);
 //                                   blank lines are skipped and line i of one file pairs with
 //                                   line i of the other. Each prompt is fed after BOS; BOS's
@@ -44,12 +44,6 @@
 #include "tokenizer.hpp"
 
 namespace llama2c {
-
-/// The CLI's steering flags that take a value, and its steering switches.
-inline const std::vector<std::string> kSteeringValueFlags = {"--steer-pos",   "--steer-neg",    "--steer-layer",
-                                                             "--steer-scale", "--steer-reduce", "--steer-positions",
-                                                             "--steer-tokens"};
-inline const std::vector<std::string> kSteeringSwitches = {"--steer-ablate", "--steer-unit", "--steer-preserve-norm"};
 
 /// What to steer with: prompt pairs, the layer, and how the vector is applied.
 struct SteeringSpec {

@@ -16,7 +16,7 @@
 //   repetition_penalty number > 0 (default 1)
 //   repeat_last_n     integer >= 0: tokens the penalty sees (default 64)
 //   seed              integer in [0, 2^64) (default 42)
-//   eos_ids           array of token ids that end the request (kept in the output)
+//   eos_token_ids     array of token ids that end the request (kept in the output)
 // Blank lines are skipped. Anything else (unknown or repeated field, wrong type, bad value,
 // trailing text, bad escape, nesting) is a std::invalid_argument naming the 1-based line number
 // and the field. The parser has no state beyond its arguments and reads only inside the line,
@@ -42,11 +42,12 @@ namespace llama2c {
 
 /// One request of a trace.
 struct TraceRequest {
-  double arrival_ms = 0;         ///< arrival time, ms after the start of the run
-  std::vector<TokenId> prompt;   ///< prompt token ids (non-empty)
-  Index max_new_tokens = 0;      ///< tokens to generate at most (>= 1)
-  SamplingConfig sampling;       ///< temperature, top-k/p, min-p, repetition penalty, seed
-  std::vector<TokenId> eos_ids;  ///< ids that end the request when generated
+  double arrival_ms = 0;               ///< arrival time, ms after the start of the run
+  std::vector<TokenId> prompt;         ///< prompt token ids (non-empty)
+  Index max_new_tokens = 0;            ///< tokens to generate at most (>= 1)
+  SamplingConfig sampling;             ///< temperature, top-k/p, min-p, repetition penalty, seed
+  std::vector<TokenId> eos_token_ids;  ///< ids that end the request when generated
+  Index line = 0;                      ///< 1-based line of the trace file it came from; 0 = none
 };
 
 /// What the trace parser checks against.
@@ -278,6 +279,7 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
   detail::TraceLineParser p(text, line);
   if (p.at_end()) return std::nullopt;
   TraceRequest r;
+  r.line = line;
   r.sampling.params.temperature = 1.0f;
   std::vector<std::string> seen;
   bool have_ids = false, have_text = false, have_max = false;
@@ -324,12 +326,12 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
         r.sampling.repeat_last_n = static_cast<Index>(p.integer(key, 0, Index{1} << 30));
       } else if (key == "seed") {
         r.sampling.seed = p.unsigned64(key);
-      } else if (key == "eos_ids") {
-        r.eos_ids = p.ids(key, opt.vocab_size, 1 << 16);
+      } else if (key == "eos_token_ids") {
+        r.eos_token_ids = p.ids(key, opt.vocab_size, 1 << 16);
       } else {
         p.fail(key,
                "unknown field (known: arrival_ms, prompt_ids, prompt, max_new_tokens, temperature, top_k, top_p, "
-               "min_p, repetition_penalty, repeat_last_n, seed, eos_ids)");
+               "min_p, repetition_penalty, repeat_last_n, seed, eos_token_ids)");
       }
       if (p.peek('}')) {
         p.expect('}', key);
@@ -360,6 +362,23 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
     p.fail("(sampling)", e.what());
   }
   return r;
+}
+
+/// Checks that the KV cache a request can grow to (prompt + max_new_tokens tokens of
+/// `kv_bytes_per_token` each) fits in `memory_bytes`. Throws std::invalid_argument naming the
+/// trace line (or, for a request from no file, its index `index`), the field, the value and
+/// the bound: a trace asking for more than the machine holds fails here, before any pool is
+/// allocated for it.
+inline void check_request_fits(const TraceRequest& r, Index index, double kv_bytes_per_token, double memory_bytes) {
+  const double bytes = (double(r.prompt.size()) + double(r.max_new_tokens)) * kv_bytes_per_token;
+  if (bytes <= memory_bytes) return;
+  char buf[200];
+  std::snprintf(buf, sizeof(buf),
+                " is invalid: prompt (%zu tokens) + max_new_tokens need %.3g bytes of KV cache (%.6g per token), "
+                "more than this machine's memory (%.3g bytes)",
+                r.prompt.size(), bytes, kv_bytes_per_token, memory_bytes);
+  const std::string where = r.line > 0 ? "trace line " + std::to_string(r.line) : "request " + std::to_string(index);
+  throw std::invalid_argument(where + ", field \"max_new_tokens\": " + std::to_string(r.max_new_tokens) + buf);
 }
 
 /// Parses a whole trace (JSON lines); errors name the line and field (parse_trace_line()).

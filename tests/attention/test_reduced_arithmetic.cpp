@@ -285,5 +285,5 @@ TEST_CASE("the arithmetic option is validated by name", "[attention][reduced][er
                                         inferkit::DenseKv<float>({k.data(), 1, 1, d}, {v.data(), 1, 1, d}),
                                         {out.data(), 1, 1, d}, {}, opt),
                     Catch::Contains("arithmetic"));
-  CHECK(std::string(inferkit::arithmetic_name(inferkit::AttentionArithmetic::kReduced)) == "fast");
+  CHECK(std::string(inferkit::arithmetic_name(inferkit::AttentionArithmetic::kReduced)) == "reduced");
 }

@@ -252,8 +252,8 @@ TEST_CASE("stories260K: NLL per weight setting", "[example][quant][model]") {
   CHECK(i4.second < 0.6 * i8.second);
 }
 
-// Issue 17: --attn-arith fast (AttentionArithmetic::kReduced) in the runner.
-TEST_CASE("attention arithmetic: fast logits stay close to exact, bad values are rejected by name",
+// Issue 17: --attn-arith reduced (AttentionArithmetic::kReduced) in the runner.
+TEST_CASE("attention arithmetic: reduced logits stay close to exact, bad values are rejected by name",
           "[example][reduced]") {
   const auto m = small_model(17);
   const auto ids = some_ids(40, 7);
@@ -270,21 +270,26 @@ TEST_CASE("attention arithmetic: fast logits stay close to exact, bad values are
         llama2c::forward(m, cache, &ids[t], 1, static_cast<std::int32_t>(t), out.data() + t * V);
       return out;
     };
-    const auto exact = run(inferkit::AttentionArithmetic::kExact), fast = run(inferkit::AttentionArithmetic::kReduced);
+    const auto exact = run(inferkit::AttentionArithmetic::kExact),
+               reduced = run(inferkit::AttentionArithmetic::kReduced);
     const auto f32 = run(inferkit::AttentionArithmetic::kExact, false);
-    INFO("logits change: fast vs exact " << rel_diff(fast, exact) << ", quantized vs f32 cache "
-                                         << rel_diff(exact, f32));
-    CHECK(fast != exact);  // the query was rounded (head size 16: int8 per key group)
+    INFO("logits change: reduced vs exact " << rel_diff(reduced, exact) << ", quantized vs f32 cache "
+                                            << rel_diff(exact, f32));
+    CHECK(reduced != exact);  // the query was rounded (head size 16: int8 per key group)
     // The query's int8 rounding (127 levels per side) moves the logits less than quantizing the
     // cache itself does (measured 0.017 vs 0.021 for int8, 0.042 vs 0.27 for int4).
-    CHECK(rel_diff(fast, exact) < rel_diff(exact, f32));
+    CHECK(rel_diff(reduced, exact) < rel_diff(exact, f32));
   }
   const auto [status, out] = run_cli("eval --model nowhere.bin --eval-ids nowhere.txt --attn-arith bogus");
   CHECK(status != 0);
   CHECK(out.find("--attn-arith = 'bogus'") != std::string::npos);
+  // The arithmetic's old CLI name is gone: one name, kReduced's, everywhere.
+  const auto [old_status, old_out] = run_cli("eval --model nowhere.bin --eval-ids nowhere.txt --attn-arith fast");
+  CHECK(old_status != 0);
+  CHECK(old_out.find("--attn-arith = 'fast' is invalid: must be exact or reduced") != std::string::npos);
 }
 
-TEST_CASE("stories260K: mean NLL with --attn-arith fast within 0.02 of exact for every KV encoding",
+TEST_CASE("stories260K: mean NLL with --attn-arith reduced within 0.02 of exact for every KV encoding",
           "[example][reduced][model]") {
   const char* p = std::getenv("INFERKIT_TEST_MODEL");
   if (!p) {
@@ -301,9 +306,9 @@ TEST_CASE("stories260K: mean NLL with --attn-arith fast within 0.02 of exact for
       REQUIRE(status == 0);
       return field(out, "mean_nll");
     };
-    const double exact = nll("exact"), fast = nll("fast");
-    INFO(kv << ": NLL exact " << exact << " fast " << fast << " change " << fast - exact);
-    CHECK(std::abs(fast - exact) < 0.02);
-    if (std::string(kv) == "none") CHECK(fast == exact);  // f32 caches stay exact
+    const double exact = nll("exact"), reduced = nll("reduced");
+    INFO(kv << ": NLL exact " << exact << " reduced " << reduced << " change " << reduced - exact);
+    CHECK(std::abs(reduced - exact) < 0.02);
+    if (std::string(kv) == "none") CHECK(reduced == exact);  // f32 caches stay exact
   }
 }

@@ -114,12 +114,12 @@ TEST_CASE("trace parser: a bad line names its line number and field", "[example]
   has(trace_error(R"([1, 2, 3])"), "(line)");
   has(trace_error(R"({"prompt_ids": [1], "max_new_tokens": 4)"), "max_new_tokens");  // unclosed
   has(trace_error(R"({"prompt_ids": [1], "max_new_tokens": 99999999999999999999})"), "max_new_tokens");
-  has(trace_error(R"({"prompt_ids": [1], "max_new_tokens": 4, "eos_ids": [2, {}]})"), "eos_ids[1]");
+  has(trace_error(R"({"prompt_ids": [1], "max_new_tokens": 4, "eos_token_ids": [2, {}]})"), "eos_token_ids[1]");
   has(trace_error(std::string("{\"prompt_ids\": [1], \"max_new_tokens\": 4, \"prompt\x01\": 1}")), "(key)");
 
   // Truncations of a valid line fail cleanly (never crash), each naming line 3.
   const std::string good =
-      R"({"arrival_ms": 1.5e1, "prompt_ids": [1, 7, 9], "max_new_tokens": 8, "temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.1, "repeat_last_n": 32, "seed": 18446744073709551615, "eos_ids": [2]})";
+      R"({"arrival_ms": 1.5e1, "prompt_ids": [1, 7, 9], "max_new_tokens": 8, "temperature": 0.7, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repetition_penalty": 1.1, "repeat_last_n": 32, "seed": 18446744073709551615, "eos_token_ids": [2]})";
   for (std::size_t cut = 1; cut < good.size(); ++cut) {
     const std::string msg = trace_error(good.substr(0, cut));
     INFO(good.substr(0, cut));
@@ -135,7 +135,7 @@ TEST_CASE("trace parser: a bad line names its line number and field", "[example]
   CHECK(r->sampling.params.min_p == 0.05f);
   CHECK(r->sampling.repeat_last_n == 32);
   CHECK(r->sampling.seed == 18446744073709551615ull);
-  CHECK(r->eos_ids == std::vector<TokenId>{2});
+  CHECK(r->eos_token_ids == std::vector<TokenId>{2});
   CHECK_FALSE(llama2c::parse_trace_line("  \t\r", 4));
 
   std::istringstream in(
@@ -297,7 +297,7 @@ TEST_CASE("serve --deterministic: bitwise identical logits across chunkings, bat
     std::vector<Run> alone;
     for (const auto& r : trace) alone.push_back(serve_run(m, {r}, options(256, 1, 0, 16, 0, true), true));
     auto threads1 = options(32, 6, 3, 4, 0, true);
-    threads1.threads = 1;
+    threads1.num_threads = 1;
     auto no_cache = options(256, 10, 0, 16, 0, true);
     no_cache.prefix_cache = false;
     const std::vector<std::pair<const char*, llama2c::ServeOptions>> configs = {

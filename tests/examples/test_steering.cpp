@@ -300,7 +300,7 @@ TEST_CASE("steering flags: clear errors for bad layers, unpaired files and bad l
   check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --beams 2",
             "plain sampling only, not with --beams");
   check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-tokens 3",
-            "not with --steer-tokens");
+            "generate does not take --steer-tokens");
   check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-positions 4:x",
             "--steer-positions = '4:x' is invalid");
   check_cli(g + "--steer-pos " + p + " --steer-neg " + p + " --steer-layer 1 --steer-ablate",

@@ -2,8 +2,11 @@
 // arbitrary bytes split into lines, with and without a vocabulary bound and a tokenizer.
 // Invariants: a line either parses or is std::invalid_argument (naming the line); a parsed
 // request is valid (non-empty prompt, ids in the vocabulary when bounded, max_new_tokens >= 1,
-// a finite arrival >= 0, a sampler chain that builds); written back as a canonical JSON line it
-// parses to the same request; parse_trace() over the whole input agrees with line-by-line.
+// a finite arrival >= 0, a sampler chain that builds, its line number); written back as a
+// canonical JSON line it parses to the same request; parse_trace() over the whole input agrees
+// with line-by-line; the KV bound serve() applies (check_request_fits, here with a model of
+// 1280 bytes per token on a 16 GiB machine) either passes or names the line and max_new_tokens
+// (corpus seed max_new_tokens_2e30: the line that once ended in a bare std::bad_alloc).
 
 #include <cstdio>
 #include <sstream>
@@ -50,7 +53,7 @@ std::string to_line(const llama2c::TraceRequest& r) {
          ", \"top_k\": " + std::to_string(p.top_k) + ", \"top_p\": " + num(p.top_p) + ", \"min_p\": " + num(p.min_p) +
          ", \"repetition_penalty\": " + num(p.repetition_penalty) +
          ", \"repeat_last_n\": " + std::to_string(r.sampling.repeat_last_n) +
-         ", \"seed\": " + std::to_string(r.sampling.seed) + ", \"eos_ids\": " + ids_json(r.eos_ids) + "}";
+         ", \"seed\": " + std::to_string(r.sampling.seed) + ", \"eos_token_ids\": " + ids_json(r.eos_token_ids) + "}";
 }
 
 bool same(const llama2c::TraceRequest& a, const llama2c::TraceRequest& b) {
@@ -58,7 +61,7 @@ bool same(const llama2c::TraceRequest& a, const llama2c::TraceRequest& b) {
   return a.arrival_ms == b.arrival_ms && a.prompt == b.prompt && a.max_new_tokens == b.max_new_tokens &&
          p.temperature == q.temperature && p.top_k == q.top_k && p.top_p == q.top_p && p.min_p == q.min_p &&
          p.repetition_penalty == q.repetition_penalty && a.sampling.repeat_last_n == b.sampling.repeat_last_n &&
-         a.sampling.seed == b.sampling.seed && a.eos_ids == b.eos_ids;
+         a.sampling.seed == b.sampling.seed && a.eos_token_ids == b.eos_token_ids;
 }
 
 }  // namespace
@@ -88,8 +91,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!r) continue;
     FUZZ_CHECK(!r->prompt.empty() && r->prompt.size() <= opt.max_prompt_tokens);
     for (const auto t : r->prompt) FUZZ_CHECK(t >= 0 && (opt.vocab_size == 0 || t < opt.vocab_size));
-    for (const auto t : r->eos_ids) FUZZ_CHECK(t >= 0 && (opt.vocab_size == 0 || t < opt.vocab_size));
+    for (const auto t : r->eos_token_ids) FUZZ_CHECK(t >= 0 && (opt.vocab_size == 0 || t < opt.vocab_size));
     FUZZ_CHECK(r->max_new_tokens >= 1 && std::isfinite(r->arrival_ms) && r->arrival_ms >= 0);
+    FUZZ_CHECK(r->line == n);
+    if (!fuzz::ok([&] { llama2c::check_request_fits(*r, n - 1, 1280.0, 16.0 * (1 << 30)); }, &why))
+      FUZZ_CHECK(why.rfind("trace line " + std::to_string(n) + ", field \"max_new_tokens\": ", 0) == 0);
     (void)llama2c::make_chain(r->sampling);
     const auto again = llama2c::parse_trace_line(to_line(*r), 1, opt);
     FUZZ_CHECK(again && same(*again, *r));
@@ -101,7 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(whole_ok == all_ok);
   if (whole_ok) {
     FUZZ_CHECK(all.size() == by_line.size());
-    for (std::size_t i = 0; i < all.size(); ++i) FUZZ_CHECK(same(all[i], by_line[i]));
+    for (std::size_t i = 0; i < all.size(); ++i) FUZZ_CHECK(same(all[i], by_line[i]) && all[i].line == by_line[i].line);
   }
   return 0;
 }

@@ -61,9 +61,9 @@ enum class AttentionArithmetic {
   kReduced,  ///< the query (and p) may be rounded to the cache's dot-product type: int8 / bf16
 };
 
-/// The arithmetic's name as the llama2c example's --attn-arith flag spells it: "exact" or "fast".
+/// The arithmetic's name, as the example runner's --attn-arith flag spells it: "exact" or "reduced".
 inline const char* arithmetic_name(AttentionArithmetic a) {
-  return a == AttentionArithmetic::kExact ? "exact" : "fast";
+  return a == AttentionArithmetic::kExact ? "exact" : "reduced";
 }
 
 /// Options of every attention entry point (file comment: positions, masks, score, batch-invariant
