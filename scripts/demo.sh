@@ -1,23 +1,38 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds Release (-march=native), runs the llama2.c
-# runner (on $INFERKIT_MODEL if set, else the shared stories260K model if present, else a
-# generated stories15M-shaped random model, which the report flags), evaluates every cache
-# policy on its own greedy text, runs the benchmarks of every fast path against its baseline,
-# and writes build/report/report.md with a benchmark summary table and PNG plots.
+# The first command on a fresh machine: installs what is missing, builds only what the demo runs,
+# and runs it, printing each step with the time elapsed; writes build/report/report.md.
 #
-#   INFERKIT_DEMO_QUICK=1          builds only what the demo runs, runs a few headline benchmarks
-#                                  and shorter sweeps (minutes instead of the full run)
+#   scripts/demo.sh          the demo: the runner on the shared stories260K model (generation,
+#                            speculative, beam and contrastive search, every cache policy's NLL),
+#                            and the headline fast paths against their same-run baselines.
+#                            About 6 minutes on a fresh 2-core machine, installs included.
+#   scripts/demo.sh --full   the full report: builds everything (about 12 minutes on 2 cores) and
+#                            runs every benchmark, the quantized-weight, steering and serving
+#                            sections and the plots (about 50 minutes more on 2 cores).
+#   INFERKIT_MODEL=PATH      a llama2.c checkpoint instead of the shared stories260K
 #   INFERKIT_DEMO_BENCH_FILTER=RE  benchmark filter of the full run (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-quick="${INFERKIT_DEMO_QUICK:-0}"
+full=0
+case "${1:-}" in
+  --full) full=1 ;;
+  "") ;;
+  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "demo: unknown argument '$1' (use --full or nothing)" >&2; exit 2 ;;
+esac
+[ "${INFERKIT_DEMO_QUICK:-}" = 0 ] && full=1  # the old spelling of --full
+SECONDS=0
+step() { printf '\n=== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$1"; }
+quick=$((1 - full))
+step "installing what is missing (scripts/setup.sh)"
 scripts/setup.sh
 cmake --preset release >/dev/null
-if [ "$quick" = 1 ]; then
-  cmake --build --preset release -j "$(nproc)" --target inferkit-llama2c inferkit-bench-attention \
-    inferkit-bench-kv inferkit-bench-sampling inferkit-bench-steering
-else
+if [ "$full" = 1 ]; then
+  step "building everything (release preset, $(nproc) jobs; about 12 minutes on 2 cores)"
   cmake --build --preset release -j "$(nproc)"
+else
+  step "building the runner and two benchmark binaries (release preset, $(nproc) jobs)"
+  cmake --build --preset release -j "$(nproc)" --target inferkit-llama2c inferkit-bench-kv inferkit-bench-sampling
 fi
 report=build/report
 mkdir -p "$report"
@@ -36,7 +51,7 @@ if [ -z "$model" ]; then
   echo "demo: no trained model (INFERKIT_MODEL unset, $shared_dir/stories260K.bin missing): running a RANDOM" \
        "model; the report marks the sections that need a trained one" >&2
 fi
-echo "=== llama2.c runner on $model"
+step "the llama2.c runner on $model"
 echo "--- greedy (temperature 0), 64 tokens"
 "$runner" generate --model "$model" --temperature 0 --steps 64 --print-ids | tee "$report/greedy64.txt"
 echo "--- sampled: temperature 0.8, top-p 0.9, repeat penalty 1.1"
@@ -51,7 +66,7 @@ echo "--- contrastive search (k 4, alpha 0.6)"
 # Bytes for people: KiB below 1 MiB, MiB above (binary units, as the plots).
 human_bytes() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%.2f MiB", b / 1048576; else printf "%.1f KiB", b / 1024 }'; }
 
-echo "=== streaming evaluation of every cache policy on 256 greedy tokens"
+step "streaming evaluation of every cache policy on 256 greedy tokens"
 "$runner" generate --model "$model" --temperature 0 --steps 256 --print-ids 2>/dev/null > "$report/eval_ids.txt"
 {
   echo "| cache policy | mean NLL | perplexity | KV held after 256 tokens |"
@@ -81,7 +96,8 @@ window 64|--cache window --window 64
 sinks 4 + window 60|--cache sink-window --sinks 4 --window 60
 POLICIES
 
-echo "=== quantized weights (quant/): NLL against the bytes the projections and classifier read per token"
+if [ "$full" = 1 ]; then
+step "quantized weights (quant/): NLL against the bytes the projections and classifier read per token"
 "$runner" generate --model "$model" --temperature 0.8 --seed 11 --steps 256 --print-ids 2>/dev/null > "$report/calib_ids.txt"
 {
   echo "| weights | activations | mean NLL | perplexity | weight bytes read per token |"
@@ -106,7 +122,7 @@ int4 g32|float|--weights int4
 int4 g32|int8 per 32-block (Q8_0)|--weights int4 --act-int8
 QUANT
 
-echo "=== steering: contrastive vector (coherent vs noisy samples) at layer 3, swept over scale"
+step "steering: contrastive vector (coherent vs noisy samples) at layer 3, swept over scale"
 # Positive prompts: samples at temperature 0.5; negative: samples at temperature 2 (same seeds).
 # The token set whose probability eval reports: the 4 most frequent ids of the positive samples.
 steer=$report/steering
@@ -142,17 +158,18 @@ cat "$steer/sweep.md"
 echo "--- greedy, steered by +0.5 and -0.5 from the first generated token on"
 "$runner" generate --model "$model" --temperature 0 --steps 32 --print-ids "${steer_flags[@]}" --steer-scale 0.5 --steer-positions generated
 "$runner" generate --model "$model" --temperature 0 --steps 32 --print-ids "${steer_flags[@]}" --steer-scale -0.5 --steer-positions generated
+fi
 
-echo "=== benchmarks (fast path vs baseline in one binary; JSON of this run in build/bench/)"
+step "benchmarks: fast paths against their baselines in the same binary (JSON in build/bench/)"
 # Only this run's JSON is summarized: results of earlier runs are removed first.
 mkdir -p build/bench
 rm -f build/bench/*.json
 bench_load_before=$(uptime | sed 's/.*load average: //')
 # The quick run's headline set (names end in /real_time or /manual_time, so no $ anchors).
-quick_filter='attention_decode/(inferkit|memread)/(Hq32_Hkv8_D128_(f32|bf16)/Tk:32768|Tk32768_Hq32_Hkv8_D128_int8)|sampling/(inferkit|naive)/V128256_(chain|topp095)/.*sigma:3|steering/(inferkit|naive)/ablate_d4096'
+quick_filter='attention_decode/(inferkit|memread)/Tk32768_Hq32_Hkv8_D128_(f32|bf16|int8|int4)/|sampling/(inferkit|naive)/V128256_(chain|topp095|greedy)/.*sigma:3'
 if [ "$quick" = 1 ]; then
-  bench_cmd="INFERKIT_DEMO_QUICK=1: inferkit-bench-{attention,kv,sampling,steering} --benchmark_filter='$quick_filter' --benchmark_min_time=0.05"
-  for b in attention kv sampling steering; do
+  bench_cmd="scripts/demo.sh: inferkit-bench-{kv,sampling} --benchmark_filter='$quick_filter' --benchmark_min_time=0.05"
+  for b in kv sampling; do
     echo "=== inferkit-bench-$b"
     build/release/bench/inferkit-bench-$b --benchmark_filter="$quick_filter" --benchmark_min_time=0.05 \
       --benchmark_out="build/bench/$b.json" --benchmark_out_format=json
@@ -165,7 +182,7 @@ bench_load_after=$(uptime | sed 's/.*load average: //')
 python3 scripts/bench_summary.py build/bench > "$report/bench_summary.md"
 cat "$report/bench_summary.md"
 
-echo "=== sweeps for the report's plots"
+step "sweeps for the report's plots"
 sweep_decode='attention_decode_sweep'
 sweep_sampler='sampling_sweep'
 if [ "$quick" = 1 ]; then sweep_decode='attention_decode_sweep/.*/Tk:(1024|4096)/'; sweep_sampler='sampling_sweep/.*/V:(8192|32000|65536)/'; fi
@@ -272,6 +289,7 @@ GNUPLOT
   scatter_plot "$report/eval.dat" "$report/nll_vs_bytes.png" "Streaming evaluation: mean NLL against KV bytes held" \
     "KV cache bytes held after 256 tokens" "mean NLL (nats)"
   plots="![NLL against KV bytes](nll_vs_bytes.png)"
+  if [ "$full" = 1 ]; then
   scatter_plot "$report/quant.dat" "$report/nll_vs_weight_bytes.png" "Quantized weights: mean NLL against weight bytes read per token" \
     "weight bytes read per token, projections and classifier" "mean NLL (nats)"
   gnuplot <<GNUPLOT
@@ -290,6 +308,7 @@ plot "$steer/sweep_add.dat" using 1:2 with linespoints title "NLL shift, additio
      "$steer/sweep_add.dat" using 1:3 axes x1y2 with linespoints dt 2 title "p(set), addition", \
      "$steer/sweep_norm.dat" using 1:3 axes x1y2 with linespoints dt 2 title "p(set), norm preserved"
 GNUPLOT
+  fi
 fi
 
 # ==== SERVING SWEEP ===============================================================================
@@ -297,8 +316,9 @@ fi
 # several prefill chunk sizes under one token budget; its table and plot become the report's
 # "## Serving" section (<report dir>/serving.md).
 rm -f "$report/serving.md"
-echo "=== serving: continuous batching with chunked prefill (scripts/serve_sweep.sh)"
-scripts/serve_sweep.sh "$report/serve" "$model"
+if [ "$full" = 1 ]; then
+  step "serving: continuous batching with chunked prefill (scripts/serve_sweep.sh)"
+  scripts/serve_sweep.sh "$report/serve" "$model"
 {
   echo "## Serving: chunked-prefill sweep"
   echo
@@ -312,6 +332,7 @@ scripts/serve_sweep.sh "$report/serve" "$model"
     echo
   fi
 } > "$report/serving.md"
+fi
 # ==== END SERVING SWEEP ==========================================================================
 
 # ---- what the model is, in words the report repeats where it matters
@@ -337,7 +358,7 @@ fi
   echo
   echo "- Model: $model_line."
   echo "- Machine: $machine."
-  echo "- Run: $(date -u '+%Y-%m-%d %H:%M UTC'); inferkit $(sed -n 's/^#define INFERKIT_VERSION_STRING "\(.*\)"/\1/p' include/inferkit/version.hpp)$([ "$quick" = 1 ] && echo '; **quick mode** (INFERKIT_DEMO_QUICK=1: a few headline benchmarks, shorter sweeps)')."
+  echo "- Run: $(date -u '+%Y-%m-%d %H:%M UTC'); inferkit $(sed -n 's/^#define INFERKIT_VERSION_STRING "\(.*\)"/\1/p' include/inferkit/version.hpp)$([ "$quick" = 1 ] && echo '; the quick demo (\`scripts/demo.sh --full\` adds every benchmark, quantized weights, steering and serving)')."
   echo
   echo "## Benchmarks: fast path against its baseline, this run"
   echo
@@ -372,6 +393,7 @@ fi
   echo
   echo "$plots"
   echo
+  if [ "$full" = 1 ]; then
   echo "## Quantized weights on the model's own greedy text"
   echo
   needs_model "the NLL values only compare the weight formats with each other."
@@ -395,6 +417,11 @@ fi
     echo
     echo "Not run: the serving sweep wrote no table."
   fi
+  else
+    echo "## More"
+    echo
+    echo "\`scripts/demo.sh --full\` adds every benchmark, quantized weights, steering and serving to this report."
+  fi
   # ==== END SERVING SECTION =======================================================================
 } > "$report/report.md"
-echo "=== wrote $report/report.md"
+step "done: wrote $report/report.md"
