@@ -98,11 +98,13 @@ constexpr GgmlType ggml_plain_type() {
 /// A tensor's data: a view into the file's bytes (valid while the GgufFile lives).
 class GgufTensor {
  public:
+  /// A view of the tensor `info` describes, whose first byte is at `data` (GgufFile::tensor()
+  /// and friends build these; both `info` and the bytes must outlive the view; nothing is checked).
   GgufTensor(const GgufTensorInfo& info, const std::byte* data) : info_(&info), data_(data) {}
 
-  const GgufTensorInfo& info() const { return *info_; }  ///< name, dims, type, offset
-  const std::string& name() const { return info_->name; }
-  GgmlType type() const { return info_->type; }
+  const GgufTensorInfo& info() const { return *info_; }    ///< name, dims, type, offset
+  const std::string& name() const { return info_->name; }  ///< the tensor's name, e.g. "blk.0.attn_q.weight"
+  GgmlType type() const { return info_->type; }            ///< its ggml element type
 
   /// The raw bytes (ggml blocks for block types). Throws std::invalid_argument naming the tensor
   /// and its type when inferkit does not know the type's layout.
@@ -207,6 +209,8 @@ inline bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
 
 }  // namespace detail
 
+/// A GGUF file parsed and validated, its metadata as values and its tensors as views into its
+/// bytes (file comment). Move-only; const access is thread-safe.
 class GgufFile {
  public:
   /// Opens and validates `path` (memory-mapped unless `mode` says read).
@@ -216,7 +220,11 @@ class GgufFile {
   /// Parses bytes already in memory (MappedFile::from_bytes owns them, MappedFile::view lends them).
   explicit GgufFile(MappedFile file) : file_(std::move(file)) { parse(); }
 
+  /// Takes over the source's bytes and tables without re-parsing: they keep their addresses, so
+  /// tensor views and spans obtained from the source stay valid (they now belong to this object).
   GgufFile(GgufFile&&) noexcept = default;
+  /// Drops this file (views into it become invalid), then takes over the source as the move
+  /// constructor does.
   GgufFile& operator=(GgufFile&&) noexcept = default;
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -246,6 +254,7 @@ class GgufFile {
       throw_invalid_argument("GGUF key", std::string(key), "is required but missing from '" + name() + "'");
     return *v;
   }
+  /// True when the metadata has `key`, whatever its type.
   bool contains(std::string_view key) const { return find_value(key) != nullptr; }
 
   /// Required value of exact type T (a scalar, std::string, std::string_view or GgufArray).

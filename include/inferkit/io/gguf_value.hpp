@@ -45,7 +45,7 @@ enum class GgufValueType : std::uint32_t {
   kInt64 = 11,
   kFloat64 = 12,
 };
-inline constexpr std::uint32_t kGgufValueTypeCount = 13;
+inline constexpr std::uint32_t kGgufValueTypeCount = 13;  ///< value type ids are 0 .. 12
 
 /// The format's name of a value type ("uint32"), or "unknown(<id>)".
 inline std::string gguf_value_type_name(GgufValueType t) {
@@ -66,10 +66,12 @@ inline constexpr std::size_t gguf_scalar_bytes(GgufValueType t) {
 /// The GGUF scalar type of a C++ type (uint8_t ... double, bool), or kString for std::string.
 template <class T>
 struct GgufTypeOf;
-#define INFERKIT_GGUF_TYPE_OF(T, E)                          \
-  template <>                                                \
-  struct GgufTypeOf<T> {                                     \
-    static constexpr GgufValueType value = GgufValueType::E; \
+// The specializations; the doc comments inside the macro document each one.
+#define INFERKIT_GGUF_TYPE_OF(T, E)                                                        \
+  /** GgufTypeOf for the C++ type in the angle brackets: the GGUF type it is stored as. */ \
+  template <>                                                                              \
+  struct GgufTypeOf<T> {                                                                   \
+    static constexpr GgufValueType value = GgufValueType::E; /**< its GGUF type id */      \
   };
 INFERKIT_GGUF_TYPE_OF(std::uint8_t, kUint8)
 INFERKIT_GGUF_TYPE_OF(std::int8_t, kInt8)
@@ -109,6 +111,8 @@ class GgufArray {
     if (!values.empty()) std::memcpy(a.words_.data(), values.data(), values.size_bytes());
     return a;
   }
+  /// The same from a vector; a std::vector<bool> (not contiguous) is copied through uint8 and
+  /// stored as bool.
   template <GgufScalar T>
   static GgufArray of(const std::vector<T>& values) {
     if constexpr (std::is_same_v<T, bool>) {
@@ -136,6 +140,7 @@ class GgufArray {
     }
     return a;
   }
+  /// The same from a vector (S: anything std::string_view is constructible from).
   template <class S>
   static GgufArray of_strings(const std::vector<S>& strings) {
     return of_strings<S>(std::span<const S>(strings));
@@ -196,6 +201,8 @@ class GgufArray {
     return {reinterpret_cast<const std::byte*>(words_.data()), count_ * gguf_scalar_bytes(type_)};
   }
 
+  /// Same element type, count and elements. Numeric elements compare by their bytes: a NaN
+  /// equals the same NaN bits, and 0.0 differs from -0.0 (unlike GgufValue's scalar ==).
   friend bool operator==(const GgufArray& a, const GgufArray& b) {
     if (a.type_ != b.type_ || a.count_ != b.count_) return false;
     if (a.type_ == GgufValueType::kString) return a.blob_ == b.blob_ && a.offsets_ == b.offsets_;
@@ -214,10 +221,12 @@ class GgufArray {
 /// One metadata value: a scalar, a string or an array. The variant's index is the type id.
 class GgufValue {
  public:
+  /// The alternatives in type-id order: `index()` is the GgufValueType id.
   using Storage = std::variant<std::uint8_t, std::int8_t, std::uint16_t, std::int16_t, std::uint32_t, std::int32_t,
                                float, bool, std::string, GgufArray, std::uint64_t, std::int64_t, double>;
 
   GgufValue() = default;
+  /// The value `v` holds (its alternative is the type).
   explicit GgufValue(Storage v) : v_(std::move(v)) {}
 
   /// A value of the GGUF type of T (T a scalar, std::string or GgufArray).
@@ -227,6 +236,7 @@ class GgufValue {
     g.v_.template emplace<T>(std::move(value));
     return g;
   }
+  /// A string value: a copy of the NUL-terminated `s` (what `of("text")` calls).
   static GgufValue of(const char* s) { return of(std::string(s)); }
 
   GgufValueType type() const { return static_cast<GgufValueType>(v_.index()); }  ///< the stored type
@@ -265,6 +275,8 @@ class GgufValue {
   }
 
   const Storage& storage() const { return v_; }  ///< the variant
+  /// Same type and equal value (std::variant's ==: float scalars compare as numbers, so NaN is
+  /// never equal and 0.0 == -0.0; arrays by GgufArray's ==).
   friend bool operator==(const GgufValue&, const GgufValue&) = default;
 
  private:
@@ -291,6 +303,7 @@ class GgufValue {
 struct GgufKeyValue {
   std::string key;  ///< e.g. "llama.block_count"
   GgufValue value;  ///< the value
+  /// Same key and equal value.
   friend bool operator==(const GgufKeyValue&, const GgufKeyValue&) = default;
 };
 

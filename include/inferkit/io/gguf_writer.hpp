@@ -39,12 +39,14 @@
 
 namespace inferkit {
 
+/// Builds a GGUF file from metadata and tensors and writes it out (file comment). Tensor data is
+/// referenced, not copied.
 class GgufWriter {
  public:
   /// A tensor to write: its info (offset is assigned by the writer) and its bytes.
   struct Tensor {
-    std::string name;
-    GgmlType type = GgmlType::kF32;
+    std::string name;                 ///< non-empty, at most 65535 bytes, unique in the file
+    GgmlType type = GgmlType::kF32;   ///< ggml type of the elements in `data`
     std::vector<std::uint64_t> dims;  ///< fastest-varying first, 1..4 of them
     std::span<const std::byte> data;  ///< referenced, not copied
   };
@@ -110,6 +112,7 @@ class GgufWriter {
       set(key, GgufValue::of<T>(std::move(value)));
     }
   }
+  /// Sets `key` to the string `s` (a copy; this is what `set(key, "text")` calls).
   void set(const std::string& key, const char* s) { set(key, GgufValue::of(std::string(s))); }
 
   /// Removes `key` (no-op when absent).
@@ -137,6 +140,8 @@ class GgufWriter {
   void add_tensor(std::string name, std::vector<std::uint64_t> dims, std::span<const T> values) {
     add_tensor(std::move(name), ggml_plain_type<T>(), std::move(dims), std::as_bytes(values));
   }
+  /// The same from a vector, which is referenced too: keep it alive and unresized until write()
+  /// returns.
   template <class T>
   void add_tensor(std::string name, std::vector<std::uint64_t> dims, const std::vector<T>& values) {
     add_tensor<T>(std::move(name), std::move(dims), std::span<const T>(values));

@@ -29,6 +29,8 @@
 
 namespace inferkit {
 
+/// The read-only bytes of a file (mapped, or read when mapping fails or is not asked for) or of a
+/// caller's buffer (owned or lent): see the file comment. Move-only.
 class MappedFile {
  public:
   /// How open() gets the bytes.
@@ -40,7 +42,11 @@ class MappedFile {
   MappedFile() = default;
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
+  /// Takes over `o`'s bytes: they stay at the same address, so spans from `o.bytes()` stay valid;
+  /// `o` is left with no bytes.
   MappedFile(MappedFile&& o) noexcept { swap(o); }
+  /// Drops this object's bytes (spans into them become invalid; a mapping is unmapped at once),
+  /// then takes over `o`'s as the move constructor does.
   MappedFile& operator=(MappedFile&& o) noexcept {
     if (this != &o) {
       release();

@@ -53,10 +53,10 @@ class AdmissionQueue {
   AdmissionQueue(const AdmissionQueue&) = delete;  // the ordered maps point into entries_
   AdmissionQueue& operator=(const AdmissionQueue&) = delete;
 
-  SchedulingPolicy policy() const { return policy_; }
-  Index size() const { return static_cast<Index>(entries_.size()); }
-  bool empty() const { return entries_.empty(); }
-  bool contains(const Key& key) const { return entries_.count(key) != 0; }
+  SchedulingPolicy policy() const { return policy_; }                       ///< as given to the constructor
+  Index size() const { return static_cast<Index>(entries_.size()); }        ///< number of waiting entries
+  bool empty() const { return entries_.empty(); }                           ///< true when nothing waits
+  bool contains(const Key& key) const { return entries_.count(key) != 0; }  ///< true when `key` is waiting
 
   /// Adds `key` (not already waiting) with its arrival rank (unique among waiting entries), its
   /// hint (ignored under FCFS) and the iteration count at which it starts waiting.

@@ -29,9 +29,9 @@ namespace inferkit {
 
 /// Reusable buffers for bpe_encode.
 struct BpeScratch {
-  std::string mapped;
-  std::vector<detail::MergeSymbol> symbols;
-  std::vector<detail::MergeCandidate> queue;
+  std::string mapped;                         ///< the pre-token's bytes as byte-level alphabet characters (UTF-8)
+  std::vector<detail::MergeSymbol> symbols;   ///< the symbols being merged (one per byte at the start)
+  std::vector<detail::MergeCandidate> queue;  ///< heap of candidate merges, lowest rank first (lazy deletion)
 };
 
 /// Appends the ids of the pre-token `bytes` to `out`.

@@ -32,8 +32,12 @@ struct DecodeOptions {
   std::optional<bool> strip_leading_space{};  ///< drop one leading space (default: the vocabulary's space prefix)
 };
 
+/// Turns a stream of ids into text chunks of whole UTF-8 characters (file comment). One object
+/// per stream; not for concurrent use.
 class Detokenizer {
  public:
+  /// A detokenizer over `vocab`, which it keeps by pointer (it must outlive this object), with
+  /// the options `opt`.
   explicit Detokenizer(const Vocabulary& vocab, DecodeOptions opt = {})
       : vocab_(&vocab), opt_(opt), strip_(opt.strip_leading_space.value_or(vocab.add_space_prefix())) {}
 

@@ -88,6 +88,8 @@ inline const std::vector<std::pair<std::vector<std::string_view>, PreTokenizerSp
 
 }  // namespace detail
 
+/// A byte-level BPE pre-tokenizer: split regexes applied in turn (file comment). Immutable once
+/// built; const access is thread-safe.
 class PreTokenizer {
  public:
   /// The pre-tokenizer `tokenizer.ggml.pre` calls `name`. Throws std::invalid_argument naming an
@@ -111,8 +113,10 @@ class PreTokenizer {
   }
 
   const std::string& name() const { return name_; }  ///< as given to named()
+  /// Whether a pre-token that is a whole vocabulary piece skips the merges (Llama 3's splits); the
+  /// Tokenizer uses it unless VocabularyConfig::ignore_merges is set.
   bool ignore_merges() const { return ignore_merges_; }
-  const std::vector<SplitRegex>& regexes() const { return regexes_; }
+  const std::vector<SplitRegex>& regexes() const { return regexes_; }  ///< the splits, in the order applied
 
   /// Splits text[begin, end) into pieces (non-empty, in order, covering the range), appended to
   /// `out` as byte spans of `text`.
@@ -127,6 +131,7 @@ class PreTokenizer {
     }
     out.insert(out.end(), cur.begin(), cur.end());
   }
+  /// Splits the whole of `text` (split(text, 0, text.size(), out)).
   void split(std::string_view text, std::vector<TextSpan>& out) const { split(text, 0, text.size(), out); }
 
   /// The pieces of `text` as views (for tests and tools).

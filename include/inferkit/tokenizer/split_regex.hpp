@@ -43,14 +43,18 @@ namespace inferkit {
 
 /// A byte range [begin, end) of a text.
 struct TextSpan {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-  std::size_t size() const { return end - begin; }
-  friend bool operator==(const TextSpan&, const TextSpan&) = default;
+  std::size_t begin = 0;                                               ///< offset of the first byte
+  std::size_t end = 0;                                                 ///< offset one past the last byte
+  std::size_t size() const { return end - begin; }                     ///< length in bytes
+  friend bool operator==(const TextSpan&, const TextSpan&) = default;  ///< same begin and end
 };
 
+/// Backtracking steps a match attempt may take per character from its start to the end of the range
+/// being split.
 inline constexpr std::size_t kSplitRegexStepBudget = 4096;
 
+/// A split regex compiled once, and the "isolated" split it drives (file comment). Immutable once
+/// built; const access is thread-safe.
 class SplitRegex {
  public:
   /// Compiles `pattern`. Throws std::invalid_argument naming the offset and what is unsupported.
@@ -82,9 +86,10 @@ class SplitRegex {
   struct Frame;
 
  public:
+  /// Buffers split() reuses across calls: one per thread, never shared by concurrent calls.
   struct Scratch {
-    std::vector<Char> chars;
-    std::vector<Frame> stack;
+    std::vector<Char> chars;   ///< the range being split, decoded to code points (and a sentinel)
+    std::vector<Frame> stack;  ///< the matcher's backtracking stack
   };
 
  private:

@@ -73,8 +73,8 @@ void run_merges(std::vector<MergeSymbol>& sym, std::vector<MergeCandidate>& q, T
 
 /// Reusable buffers for spm_encode (optional: saves allocations across calls).
 struct SpmScratch {
-  std::vector<detail::MergeSymbol> symbols;
-  std::vector<detail::MergeCandidate> queue;
+  std::vector<detail::MergeSymbol> symbols;   ///< the symbols being merged (one per UTF-8 character at the start)
+  std::vector<detail::MergeCandidate> queue;  ///< heap of candidate merges, highest score first (lazy deletion)
 };
 
 /// Appends the ids of `text` (spaces already U+2581) to `out`.

@@ -46,6 +46,8 @@ struct EncodeOptions {
   bool parse_special = false;     ///< turn control-token text ("<s>", "<|im_end|>") into those tokens
 };
 
+/// Text to ids and ids to text for one vocabulary, as llama.cpp does it (file comment). Owns its
+/// Vocabulary; immutable once built, const access is thread-safe.
 class Tokenizer {
  public:
   /// Builds the tokenizer of `vocab` (and, for BPE, its pre-tokenizer: an unknown
@@ -58,7 +60,7 @@ class Tokenizer {
     build_special_trie();
   }
 
-  const Vocabulary& vocabulary() const { return vocab_; }
+  const Vocabulary& vocabulary() const { return vocab_; }  ///< the vocabulary it was built from (its own copy)
   /// The BPE pre-tokenizer (nullptr for SentencePiece).
   const PreTokenizer* pre_tokenizer() const { return pre_ ? &*pre_ : nullptr; }
 
@@ -130,6 +132,7 @@ class Tokenizer {
     }
     return out;
   }
+  /// The same for a vector of ids.
   std::string decode(const std::vector<TokenId>& ids, const DecodeOptions& opt = {}) const {
     return decode(std::span<const TokenId>(ids), opt);
   }
@@ -140,7 +143,7 @@ class Tokenizer {
   /// A piece of the text between special tokens ([begin, end), token -1) or a special token.
   struct Fragment {
     std::size_t begin = 0, end = 0;
-    TokenId token = -1;
+    TokenId token = -1;  ///< the special token this fragment is, or -1 for text between them
   };
 
   /// Cuts the special tokens out of `text` as llama.cpp does: tokens in order of decreasing piece
@@ -252,5 +255,12 @@ class Tokenizer {
   std::vector<TrieNode> trie_;
   std::vector<bool> first_byte_;
 };
+
+// Fields declared together on one line, documented here.
+/// @var Tokenizer::Fragment::begin
+/// Byte offset of the fragment's first byte in the partitioned text.
+
+/// @var Tokenizer::Fragment::end
+/// Byte offset one past its last byte (whitespace a special token strips lies in no fragment).
 
 }  // namespace inferkit

@@ -64,21 +64,30 @@ enum class TokenizerModel {
 
 /// What a vocabulary needs besides its arrays.
 struct VocabularyConfig {
-  TokenizerModel model = TokenizerModel::kSentencePiece;
+  TokenizerModel model = TokenizerModel::kSentencePiece;  ///< how text becomes ids (tokenizer.ggml.model)
   std::string pre = "default";  ///< BPE pre-tokenizer name (tokenizer.ggml.pre); unused by SentencePiece
   TokenId bos = -1, eos = -1, unk = -1, pad = -1;
-  TokenId eot = -1, eom = -1;            ///< end of turn / end of message, when the model has them
+  TokenId eot = -1, eom = -1;            ///< end-of-message id (eot: see the end of the header); -1: none
   bool add_bos = true;                   ///< encode() adds BOS by default
   bool add_eos = false;                  ///< encode() adds EOS by default
   std::optional<bool> add_space_prefix;  ///< SentencePiece's dummy prefix; default: true for it, false for BPE
   std::optional<bool> ignore_merges;     ///< BPE: emit a pre-token that is a piece whole; default: the pre-tokenizer's
-  /// Tokens whose surrounding whitespace a special-token match swallows (Hugging Face's added-token
-  /// lstrip / rstrip): ids.
+  /// Ids of the tokens whose match as a special token also takes the ASCII whitespace before it
+  /// (Hugging Face's added-token lstrip; rstrip: see the end of the header). Each must be in range.
   std::vector<TokenId> lstrip, rstrip;
 };
 
+/// A tokenizer's pieces, scores, types, merges and special ids, with the lookup tables the
+/// encoders use and each token's output bytes (file comment). Immutable once built; const access
+/// is thread-safe.
 class Vocabulary {
  public:
+  /// Builds the vocabulary from parallel arrays: `pieces` (unique, non-empty, at most 2^31 - 1),
+  /// `scores` and `types` (empty, meaning 0 / normal, or one per piece; types in [0, 6]), `merges`
+  /// ("left right", rank = position, the first of duplicates wins) and `config` (special ids -1 or
+  /// in range; add_bos / add_eos need a BOS / EOS id). Byte tokens must be spelled <0xNN>.
+  /// Violations throw std::invalid_argument naming the index or key and the value;
+  /// an lstrip / rstrip id outside the vocabulary throws std::out_of_range.
   Vocabulary(std::vector<std::string> pieces, std::vector<float> scores, std::vector<TokenType> types,
              std::vector<std::string> merges, VocabularyConfig config)
       : pieces_(std::move(pieces)), scores_(std::move(scores)), types_(std::move(types)), config_(std::move(config)) {
@@ -146,23 +155,29 @@ class Vocabulary {
     detect_end_of_generation();
   }
 
-  std::size_t size() const { return pieces_.size(); }  ///< number of tokens
-  TokenizerModel model() const { return config_.model; }
+  std::size_t size() const { return pieces_.size(); }     ///< number of tokens
+  TokenizerModel model() const { return config_.model; }  ///< SentencePiece or byte-level BPE
+  /// The configuration given, with add_space_prefix resolved (true for SentencePiece, false for BPE,
+  /// when it was unset).
   const VocabularyConfig& config() const { return config_; }
   const std::string& piece(TokenId id) const { return pieces_[checked(id)]; }  ///< as stored
+  /// The piece's score (SentencePiece: merge priority, higher first; 0 when none were given).
+  /// score(), type() and is_control() throw std::out_of_range for an id outside the vocabulary.
   float score(TokenId id) const { return scores_[checked(id)]; }
-  TokenType type(TokenId id) const { return types_[checked(id)]; }
-  bool is_control(TokenId id) const { return type(id) == TokenType::kControl; }
+  TokenType type(TokenId id) const { return types_[checked(id)]; }               ///< its GGUF token type
+  bool is_control(TokenId id) const { return type(id) == TokenType::kControl; }  ///< type(id) is kControl
 
-  TokenId bos() const { return config_.bos; }
-  TokenId eos() const { return config_.eos; }
-  TokenId unk() const { return config_.unk; }
-  TokenId pad() const { return config_.pad; }
-  bool add_bos() const { return config_.add_bos; }
-  bool add_eos() const { return config_.add_eos; }
+  TokenId bos() const { return config_.bos; }  ///< beginning-of-sequence id, -1 for none
+  TokenId eos() const { return config_.eos; }  ///< end-of-sequence id, -1 for none
+  TokenId unk() const { return config_.unk; }  ///< unknown-token id (what unencodable text becomes), -1 for none
+  TokenId pad() const { return config_.pad; }  ///< padding id, -1 for none (stored for callers; encoding never uses it)
+  bool add_bos() const { return config_.add_bos; }  ///< whether Tokenizer::encode prepends BOS by default
+  bool add_eos() const { return config_.add_eos; }  ///< whether Tokenizer::encode appends EOS by default
+  /// Whether SentencePiece encoding writes a space before a fragment that starts the text or
+  /// follows a special token; also the default of DecodeOptions::strip_leading_space.
   bool add_space_prefix() const { return *config_.add_space_prefix; }
   /// Every id that ends generation: EOS, EOT, EOM and the control tokens llama.cpp recognizes as
-  /// such by their text (<|eot_id|>, <|im_end|>, <|end|>, <|endoftext|>, <end_of_turn>, ...).
+  /// such by their text (<|eot_id|>, <|im_end|>, <|end|>, <|endoftext|>, \<end_of_turn\>, ...).
   const std::vector<TokenId>& eos_token_ids() const { return eos_ids_; }
 
   /// The id of a piece of any type, or nullopt.
@@ -183,15 +198,18 @@ class Vocabulary {
     const auto it = ranks_.find(pair_key(left, right));
     return it == ranks_.end() ? -1 : it->second;
   }
-  std::size_t merge_count() const { return ranks_.size(); }  ///< merges that can apply
-  std::size_t max_piece_bytes() const { return max_piece_bytes_; }
+  std::size_t merge_count() const { return ranks_.size(); }         ///< merges that can apply
+  std::size_t max_piece_bytes() const { return max_piece_bytes_; }  ///< bytes of the longest piece as stored
 
   /// Control, user-defined and unknown tokens: the ones matched as whole strings before the
   /// model's own algorithm (control and unknown only when the caller parses special tokens).
   const std::vector<TokenId>& special_tokens() const { return special_; }
+  /// Whether a special-token match of `id` also takes the whitespace before it
+  /// (VocabularyConfig::lstrip; false for any id not listed, in range or not).
   bool lstrip(TokenId id) const {
     return std::find(config_.lstrip.begin(), config_.lstrip.end(), id) != config_.lstrip.end();
   }
+  /// Whether it also takes the whitespace after it (VocabularyConfig::rstrip), likewise.
   bool rstrip(TokenId id) const {
     return std::find(config_.rstrip.begin(), config_.rstrip.end(), id) != config_.rstrip.end();
   }
@@ -310,5 +328,27 @@ class Vocabulary {
   std::vector<std::size_t> bytes_offsets_;
   std::size_t max_piece_bytes_ = 0;
 };
+
+// Fields declared together on one line, documented here.
+/// @var VocabularyConfig::bos
+/// Beginning-of-sequence token id (tokenizer.ggml.bos_token_id); -1: none.
+
+/// @var VocabularyConfig::eos
+/// End-of-sequence token id (tokenizer.ggml.eos_token_id); -1: none. When set, the first of
+/// Vocabulary::eos_token_ids().
+
+/// @var VocabularyConfig::unk
+/// Unknown token id: what text no piece or byte token covers becomes; -1: none.
+
+/// @var VocabularyConfig::pad
+/// Padding token id; -1: none. Stored for callers; encoding and decoding never use it.
+
+/// @var VocabularyConfig::eot
+/// End-of-turn token id (tokenizer.ggml.eot_token_id); -1: none. Counted in
+/// Vocabulary::eos_token_ids().
+
+/// @var VocabularyConfig::rstrip
+/// Ids of the tokens whose match as a special token also takes the ASCII whitespace after it
+/// (Hugging Face's added-token rstrip). Each must be in range.
 
 }  // namespace inferkit
