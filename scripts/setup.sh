@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build libeigen3-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev
           gnuplot-nox doxygen python3
+          # test-only tools: the JSON Schema judge of the grammar tests, numpy for reference scripts
+          python3-jsonschema python3-numpy
           # distributed/ (optional): Open MPI
           libopenmpi-dev openmpi-bin
           # fuzz preset: clang-15 with libFuzzer (the fuzz targets build with OpenMP off)
