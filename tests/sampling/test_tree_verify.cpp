@@ -135,10 +135,10 @@ void check_two_token_joint(Variant variant, std::size_t v, unsigned seed) {
         if (tree.draft_row(Index(u)) >= 0) qm.insert(qm.end(), Q[at[u]].begin(), Q[at[u]].end());
       }
       const inferkit::MatrixView<const float> pv(pm.data(), tree.size() + 1, Index(v));
-      const auto r = variant == Variant::deterministic
-                         ? inferkit::verify_tree_deterministic(tree, pv, verify_rng, verify_draw)
-                         : inferkit::verify_tree(tree, {qm.data(), tree.expanded_count(), Index(v)}, pv, verify_rng,
-                                                 verify_draw);
+      const auto r =
+          variant == Variant::deterministic
+              ? inferkit::verify_tree_deterministic(tree, pv, verify_rng, verify_draw)
+              : inferkit::verify_tree(tree, {qm.data(), tree.expanded_count(), Index(v)}, pv, verify_rng, verify_draw);
       verify_draw += tree.draw_blocks();
       malformed += r.tokens.size() != r.path.size() + 1;
       accepted_total += r.accepted;
@@ -197,13 +197,13 @@ TEST_CASE("tree verification: the first emitted token follows p at one position 
     for (long t = 0; t < trials; ++t) {
       TokenTree tree;
       for (int c = 0; c < (sampled ? 6 : 4); ++c)
-        tree.add(TokenTree::kRoot, sampled ? test::draw(q, draft_rng.uniform_double(std::uint64_t(t * 6 + c)))
-                                           : top[std::size_t(c)]);
+        tree.add(TokenTree::kRoot,
+                 sampled ? test::draw(q, draft_rng.uniform_double(std::uint64_t(t * 6 + c))) : top[std::size_t(c)]);
       const inferkit::MatrixView<const float> pv(pm.data(), tree.size() + 1, Index(v));
-      const auto r = sampled ? inferkit::verify_tree(tree, {q.data(), 1, Index(v)}, pv, verify_rng,
-                                                     std::uint64_t(t) * tree.draw_blocks())
-                             : inferkit::verify_tree_deterministic(tree, pv, verify_rng,
-                                                                   std::uint64_t(t) * tree.draw_blocks());
+      const auto r =
+          sampled ? inferkit::verify_tree(tree, {q.data(), 1, Index(v)}, pv, verify_rng,
+                                          std::uint64_t(t) * tree.draw_blocks())
+                  : inferkit::verify_tree_deterministic(tree, pv, verify_rng, std::uint64_t(t) * tree.draw_blocks());
       ++counts[static_cast<std::size_t>(r.tokens[0])];
       rejected_all += r.accepted == 0;
     }
@@ -212,8 +212,8 @@ TEST_CASE("tree verification: the first emitted token follows p at one position 
     const double chi = test::chi_square(counts, expect, trials, impossible);
     int df = -1;
     for (double x : expect) df += x > 0;
-    INFO((sampled ? "sampled" : "deterministic") << ": chi2 = " << chi << " (df " << df << "), all rejected "
-                                                 << rejected_all);
+    INFO((sampled ? "sampled" : "deterministic")
+         << ": chi2 = " << chi << " (df " << df << "), all rejected " << rejected_all);
     CHECK_FALSE(impossible);
     CHECK(chi < test::chi2_critical(df));
     CHECK(rejected_all > 0);
@@ -273,7 +273,7 @@ TEST_CASE("tree verification: hand-checked cases and reproducibility", "[samplin
   tree.add(0, 1);
   tree.add(TokenTree::kRoot, 2);
   REQUIRE(tree.expanded_count() == 2);
-  const std::vector<float> p{0.0f, 0.0f, 1.0f, 0.0f,  // root: certain 2
+  const std::vector<float> p{0.0f,  0.0f,  1.0f,  0.0f,  // root: certain 2
                              0.25f, 0.25f, 0.25f, 0.25f, 0.5f, 0.5f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f};
   const inferkit::MatrixView<const float> pv(p.data(), 4, 4);
   for (std::uint64_t s = 0; s < 20; ++s) {
@@ -291,7 +291,7 @@ TEST_CASE("tree verification: hand-checked cases and reproducibility", "[samplin
     CHECK(again.tokens == r.tokens);
   }
   // All children rejected at the root: the token comes from p minus the tried tokens.
-  const std::vector<float> p2{0.0f, 0.6f, 0.0f, 0.4f, 0.25f, 0.25f, 0.25f, 0.25f,
+  const std::vector<float> p2{0.0f,  0.6f,  0.0f,  0.4f,  0.25f, 0.25f, 0.25f, 0.25f,
                               0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f};
   for (std::uint64_t s = 0; s < 20; ++s) {
     const auto d = inferkit::verify_tree_deterministic(tree, {p2.data(), 4, 4}, inferkit::CounterRng(s), 0);
@@ -314,10 +314,8 @@ TEST_CASE("tree verification rejects malformed input", "[sampling][tree_verify][
   std::vector<float> p;
   for (int i = 0; i < 3; ++i) p.insert(p.end(), row.begin(), row.end());
   const inferkit::CounterRng rng(1);
-  CHECK_THROWS_WITH(inferkit::verify_tree(tree, {p.data(), 2, 4}, {p.data(), 3, 4}, rng, 0),
-                    Contains("q.rows() = 2"));
-  CHECK_THROWS_WITH(inferkit::verify_tree(tree, {p.data(), 1, 4}, {p.data(), 2, 4}, rng, 0),
-                    Contains("p.rows() = 2"));
+  CHECK_THROWS_WITH(inferkit::verify_tree(tree, {p.data(), 2, 4}, {p.data(), 3, 4}, rng, 0), Contains("q.rows() = 2"));
+  CHECK_THROWS_WITH(inferkit::verify_tree(tree, {p.data(), 1, 4}, {p.data(), 2, 4}, rng, 0), Contains("p.rows() = 2"));
   const std::vector<float> q{0.5f, 0.5f, 0.0f, 0.0f};  // q gives token 3 nothing
   inferkit::MatrixView<const float> pv(p.data(), 3, 4);
   // token 0 is tried first (rank 0); whatever happens to it, token 3 must have q > 0 when reached

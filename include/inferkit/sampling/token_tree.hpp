@@ -58,12 +58,56 @@ class TokenTree {
     return t;
   }
 
+  /// A tree from nodes in any topological order (parents[i] is kRoot or < i), reordered depth-first
+  /// with children in index order; order[j] receives the input index of output node j when given.
+  /// @throws std::invalid_argument for mismatched sizes, more than kMaxNodes nodes, a parent >= its
+  ///         node, or a negative token.
+  static TokenTree from_topological(std::span<const TokenId> tokens, std::span<const Index> parents,
+                                    std::vector<Index>* order = nullptr) {
+    const Index n = static_cast<Index>(tokens.size());
+    if (parents.size() != tokens.size())
+      throw_invalid_argument("parents.size()", parents.size(),
+                             "must equal tokens.size() (" + std::to_string(tokens.size()) + ")");
+    if (n > kMaxNodes) throw_invalid_argument("tree size", n, "must be <= " + std::to_string(kMaxNodes) + " nodes");
+    std::vector<Index> first(static_cast<std::size_t>(n + 1), -1), last(first), next(static_cast<std::size_t>(n), -1);
+    for (Index i = 0; i < n; ++i) {
+      const Index par = parents[static_cast<std::size_t>(i)];
+      if (par != kRoot && !(par >= 0 && par < i))
+        throw_invalid_argument("parents[" + std::to_string(i) + "]", par, "must be kRoot (-1) or an earlier node");
+      const std::size_t pu = static_cast<std::size_t>(par + 1);
+      if (first[pu] < 0)
+        first[pu] = i;
+      else
+        next[static_cast<std::size_t>(last[pu])] = i;
+      last[pu] = i;
+    }
+    TokenTree t;
+    std::vector<Index> new_index(static_cast<std::size_t>(n)), stack;
+    if (order) order->clear();
+    for (Index c = first[0]; c >= 0; c = next[static_cast<std::size_t>(c)]) stack.push_back(c);
+    std::reverse(stack.begin(), stack.end());
+    while (!stack.empty()) {  // preorder; children pushed in reverse so the first pops first
+      const Index i = stack.back();
+      stack.pop_back();
+      const Index par = parents[static_cast<std::size_t>(i)];
+      new_index[static_cast<std::size_t>(i)] =
+          t.add(par == kRoot ? kRoot : new_index[static_cast<std::size_t>(par)], tokens[static_cast<std::size_t>(i)]);
+      if (order) order->push_back(i);
+      const std::size_t mark = stack.size();
+      for (Index c = first[static_cast<std::size_t>(i + 1)]; c >= 0; c = next[static_cast<std::size_t>(c)])
+        stack.push_back(c);
+      std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(mark), stack.end());
+    }
+    return t;
+  }
+
   /// Appends a node with `token` under `parent` (kRoot or a node) and returns its index. Depth-first
   /// order: the parent must be the root or on the path from the root to the last node added.
   /// @throws std::invalid_argument when the tree is full, the token is negative or the parent breaks the order.
   Index add(Index parent, TokenId token) {
     const Index n = size();
-    if (n >= kMaxNodes) throw_invalid_argument("tree size", n + 1, "must be <= " + std::to_string(kMaxNodes) + " nodes");
+    if (n >= kMaxNodes)
+      throw_invalid_argument("tree size", n + 1, "must be <= " + std::to_string(kMaxNodes) + " nodes");
     if (token < 0) throw_invalid_argument("token", token, "must be >= 0 (node " + std::to_string(n) + ")");
     if (parent != kRoot && !(parent >= 0 && parent < n && ((mask_[static_cast<std::size_t>(n - 1)] >> parent) & 1u)))
       throw_invalid_argument("parent", parent,
@@ -94,7 +138,7 @@ class TokenTree {
     return n;
   }
 
-  Index size() const { return static_cast<Index>(tokens_.size()); }  ///< number of nodes (the root not counted)
+  Index size() const { return static_cast<Index>(tokens_.size()); }   ///< number of nodes (the root not counted)
   bool empty() const { return tokens_.empty(); }                      ///< true for the root alone
   std::span<const TokenId> tokens() const { return tokens_; }         ///< node tokens, depth-first
   std::span<const Index> parents() const { return parents_; }         ///< node parents (kRoot or a node)
@@ -131,13 +175,13 @@ class TokenTree {
 
  private:
   std::size_t checked(Index node) const {
-    if (node < 0 || node >= size())
-      throw_out_of_range("node", node, "must be in [0, " + std::to_string(size()) + ")");
+    if (node < 0 || node >= size()) throw_out_of_range("node", node, "must be in [0, " + std::to_string(size()) + ")");
     return static_cast<std::size_t>(node);
   }
   std::size_t checked_position(Index position) const {
     if (position < 0 || position > size())
-      throw_out_of_range("position", position, "must be in [0, " + std::to_string(size()) + "] (0 = root, i + 1 = node i)");
+      throw_out_of_range("position", position,
+                         "must be in [0, " + std::to_string(size()) + "] (0 = root, i + 1 = node i)");
     return static_cast<std::size_t>(position);
   }
 

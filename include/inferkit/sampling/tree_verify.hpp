@@ -148,9 +148,8 @@ inline void check_prob_row(std::span<const float> row, double tolerance, std::st
 }
 
 /// The rule of the file header; q == nullptr means deterministic children.
-inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<const float>* q,
-                                     MatrixView<const float> p, const CounterRng& rng, std::uint64_t first_draw,
-                                     const VerifyOptions& opt) {
+inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<const float>* q, MatrixView<const float> p,
+                                     const CounterRng& rng, std::uint64_t first_draw, const VerifyOptions& opt) {
   const Index n = tree.size(), vocab = p.cols();
   if (p.rows() != n + 1)
     throw_invalid_argument("p.rows()", p.rows(), "must equal tree nodes + 1 (" + std::to_string(n + 1) + ")");
@@ -158,8 +157,9 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
   require(opt.tolerance >= 0.0, "tolerance", opt.tolerance, "must be >= 0");
   if (q) {
     if (q->rows() != tree.expanded_count())
-      throw_invalid_argument("q.rows()", q->rows(),
-                             "must equal the tree's expanded positions (" + std::to_string(tree.expanded_count()) + ")");
+      throw_invalid_argument(
+          "q.rows()", q->rows(),
+          "must equal the tree's expanded positions (" + std::to_string(tree.expanded_count()) + ")");
     if (q->rows() != 0 && q->cols() != vocab)
       throw_invalid_argument("q.cols()", q->cols(), "must equal p.cols() (" + std::to_string(vocab) + ")");
   }
@@ -200,7 +200,8 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
       }
       const double px = pr[x];
       if (!(px >= 0.0) || !std::isfinite(px))
-        throw_invalid_argument("p[" + std::to_string(pos) + "][" + std::to_string(x) + "]", px, "must be finite and >= 0");
+        throw_invalid_argument("p[" + std::to_string(pos) + "][" + std::to_string(x) + "]", px,
+                               "must be finite and >= 0");
       const double weight = qr ? (r_row ? static_cast<double>(residual[static_cast<std::size_t>(x)]) : px)
                                : (std::find(removed.begin(), removed.end(), x) != removed.end() ? 0.0 : px);
       if (u * qx * mass < weight) {  // accept with probability min(1, p'(x) / q(x))
