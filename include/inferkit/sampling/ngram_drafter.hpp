@@ -60,7 +60,7 @@ class NgramDrafter {
     index_.resize(static_cast<std::size_t>(opt_.n_max - opt_.n_min + 1));
   }
 
-  const NgramDrafterOptions& options() const { return opt_; }  ///< the options
+  const NgramDrafterOptions& options() const { return opt_; }   ///< the options
   std::span<const TokenId> context() const { return tokens_; }  ///< every token pushed so far
 
   /// Appends one context token and indexes the n-grams ending at it. @throws std::invalid_argument for a negative id.
