@@ -21,6 +21,12 @@
 // reads them whole (the rejected position's p and q, the bonus row); accepted positions only
 // read p_i(x_i) and q_i(x_i), so the hot path does no full-vocabulary work unless
 // `check_all_rows` asks for it.
+//
+// A chain is the one-branch tree of sampling/tree_verify.hpp and runs through its code (same
+// blocks, same results as before trees existed); that caps k at TokenTree::kMaxNodes = 64.
+//
+//   const auto r = inferkit::verify_draft(draft, q, p, inferkit::CounterRng(seed, request), first_draw);
+//   // keep r.accepted drafts, then append r.tokens.back()
 
 #include <algorithm>
 #include <cmath>
@@ -37,94 +43,12 @@
 #include "inferkit/core/view.hpp"
 #include "inferkit/sampling/categorical.hpp"
 #include "inferkit/sampling/logits.hpp"
+#include "inferkit/sampling/token_tree.hpp"
+#include "inferkit/sampling/tree_verify.hpp"
 
 namespace inferkit {
 
-/// Checks of the verification inputs.
-struct VerifyOptions {
-  double tolerance = 1e-3;      ///< |sum(row) - 1| allowed for a probability row
-  bool check_all_rows = false;  ///< also check rows the rule does not read whole (O(k V))
-};
-
-/// The outcome of verifying one draft.
-struct VerifyResult {
-  Index accepted = 0;           ///< draft tokens accepted (the caller keeps that many drafts)
-  std::vector<TokenId> tokens;  ///< accepted drafts, then the correction or bonus token
-  bool bonus = false;           ///< true when every draft was accepted and the last token is the bonus
-};
-
 namespace detail {
-
-/// Sums of 1024-element blocks of a row of weights, in double, and their total; one SIMD pass
-/// that also flags negative, NaN or infinite entries. The blocks make a draw O(V / 1024 + 1024).
-struct BlockedRow {
-  static constexpr std::size_t kBlock = 1024;
-  std::span<const float> w;
-  std::vector<double> block;
-  double total = 0.0;
-  bool valid = true;
-
-  explicit BlockedRow(std::span<const float> row) : w(row) {
-    block.resize((row.size() + kBlock - 1) / kBlock);
-    const simd::VecF zero = simd::broadcast(0.0f), inf = simd::broadcast(std::numeric_limits<float>::infinity());
-    simd::VecF bad = zero;
-    for (std::size_t b = 0; b < block.size(); ++b) {
-      const std::size_t lo = b * kBlock, len = std::min(kBlock, row.size() - lo);
-      std::size_t i = 0;
-      for (; i + simd::kWidth <= len; i += simd::kWidth) {
-        const simd::VecF v = simd::load(row.data() + lo + i);
-        bad = bad + simd::select(v >= zero, simd::select(v == inf, inf, zero), inf);  // NaN fails v >= 0
-      }
-      for (; i < len; ++i) valid = valid && row[lo + i] >= 0.0f && std::isfinite(row[lo + i]);
-      block[b] = simd::sum_as_double(row.data() + lo, len);
-      total += block[b];
-    }
-    valid = valid && simd::hsum(bad) == 0.0f;
-  }
-
-  /// The first index whose running sum exceeds u * total.
-  TokenId draw(double u) const {
-    const double target = u * total;
-    double cum = 0.0;
-    std::size_t b = 0;
-    while (b + 1 < block.size() && cum + block[b] <= target) cum += block[b++];
-    const std::size_t lo = b * kBlock, len = std::min(kBlock, w.size() - lo);
-    const std::size_t j = walk_to(w.data() + lo, len, cum, target);
-    if (j < len) return static_cast<TokenId>(lo + j);
-    for (std::size_t i = w.size(); i-- > 0;)  // rounding ran past the end: last positive weight
-      if (w[i] > 0.0f) return static_cast<TokenId>(i);
-    return static_cast<TokenId>(w.size() - 1);
-  }
-};
-
-/// Checks a probability row (finite, >= 0, sums to 1 within tolerance) and returns its blocks.
-inline BlockedRow checked_prob_row(std::span<const float> row, double tolerance, const std::string& name) {
-  BlockedRow r(row);
-  if (!r.valid) {
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (!(row[i] >= 0.0f) || !std::isfinite(row[i]))
-        throw_invalid_argument(name + "[" + std::to_string(i) + "]", row[i], "probabilities must be finite and >= 0");
-  }
-  require(std::abs(r.total - 1.0) <= tolerance, name + " sum", r.total,
-          "a probability row must sum to 1 within tolerance " + std::to_string(tolerance));
-  // A tolerance >= 1 admits a row without mass: nothing could be drawn from it.
-  require(r.total > 0.0, name + " sum", r.total, "a probability row needs positive mass");
-  return r;
-}
-
-inline void check_prob_row(std::span<const float> row, double tolerance, const std::string& name) {
-  (void)checked_prob_row(row, tolerance, name);
-}
-
-/// All k drafts accepted: the bonus token from p_{k+1}, with the uniform of block first + k.
-template <class Options, class Result>
-inline void draw_bonus(MatrixView<const float> p, Index k, const CounterRng& rng, std::uint64_t first_draw,
-                       const Options& opt, Result& res) {
-  const auto blk = rng.block(first_draw + static_cast<std::uint64_t>(k));
-  const BlockedRow row = checked_prob_row(p.row(k), opt.tolerance, "p[" + std::to_string(k) + "]");
-  res.tokens.push_back(row.draw(CounterRng::to_unit_double(blk[2], blk[3])));
-  res.bonus = true;
-}
 
 inline void check_draft(std::span<const TokenId> draft, Index vocab) {
   for (std::size_t i = 0; i < draft.size(); ++i)
@@ -144,45 +68,7 @@ inline VerifyResult verify_draft(std::span<const TokenId> draft, MatrixView<cons
   require(k == 0 || q.cols() == vocab, "q.cols()", q.cols(), "must equal p.cols() (" + std::to_string(vocab) + ")");
   require(opt.tolerance >= 0.0, "tolerance", opt.tolerance, "must be >= 0");
   detail::check_draft(draft, vocab);
-  if (opt.check_all_rows) {
-    for (Index i = 0; i < k; ++i) detail::check_prob_row(q.row(i), opt.tolerance, "q[" + std::to_string(i) + "]");
-    for (Index i = 0; i <= k; ++i) detail::check_prob_row(p.row(i), opt.tolerance, "p[" + std::to_string(i) + "]");
-  }
-  VerifyResult res;
-  for (Index i = 0; i < k; ++i) {
-    const auto blk = rng.block(first_draw + static_cast<std::uint64_t>(i));
-    const TokenId x = draft[i];
-    const double qx = q(i, x), px = p(i, x);
-    if (!(qx > 0.0) || !std::isfinite(qx))
-      throw_invalid_argument("q[" + std::to_string(i) + "][" + std::to_string(x) + "]", qx,
-                             "the draft distribution must give its own token x_i a positive probability");
-    require(px >= 0.0 && std::isfinite(px), "p[" + std::to_string(i) + "][" + std::to_string(x) + "]", px,
-            "must be finite and >= 0");
-    const double u = CounterRng::to_unit_double(blk[0], blk[1]);
-    if (u * qx < px) {  // accept with probability min(1, p / q)
-      res.tokens.push_back(x);
-      ++res.accepted;
-      continue;
-    }
-    // Rejected: draw from normalize(max(0, p_i - q_i)), built only now.
-    const detail::BlockedRow p_row = detail::checked_prob_row(p.row(i), opt.tolerance, "p[" + std::to_string(i) + "]");
-    detail::check_prob_row(q.row(i), opt.tolerance, "q[" + std::to_string(i) + "]");
-    std::vector<float> residual(static_cast<std::size_t>(vocab));
-    const float* pr = p.row_ptr(i);
-    const float* qr = q.row_ptr(i);
-    std::size_t v = 0;
-    for (; v + simd::kWidth <= residual.size(); v += simd::kWidth)
-      simd::store(residual.data() + v, simd::max(simd::load(pr + v) - simd::load(qr + v), simd::broadcast(0.0f)));
-    for (; v < residual.size(); ++v) residual[v] = std::max(0.0f, pr[v] - qr[v]);
-    const detail::BlockedRow r_row(residual);
-    const double u2 = CounterRng::to_unit_double(blk[2], blk[3]);
-    // A rejection with an empty residual can only come from rounding (p == q up to float):
-    // then p itself is the right distribution.
-    res.tokens.push_back(r_row.total > 0.0 ? r_row.draw(u2) : p_row.draw(u2));
-    return res;
-  }
-  detail::draw_bonus(p, k, rng, first_draw, opt, res);
-  return res;
+  return verify_tree(TokenTree::chain(draft), q, p, rng, first_draw, opt);
 }
 
 /// Point-mass drafts (no q): accept x_i with probability p_i(x_i); at the first rejection draw
@@ -194,31 +80,7 @@ inline VerifyResult verify_point_mass_draft(std::span<const TokenId> draft, Matr
   require(p.rows() == k + 1, "p.rows()", p.rows(), "must equal draft tokens + 1 (" + std::to_string(k + 1) + ")");
   require(vocab > 0, "p.cols()", vocab, "must be > 0 (vocabulary size)");
   detail::check_draft(draft, vocab);
-  if (opt.check_all_rows)
-    for (Index i = 0; i <= k; ++i) detail::check_prob_row(p.row(i), opt.tolerance, "p[" + std::to_string(i) + "]");
-  VerifyResult res;
-  for (Index i = 0; i < k; ++i) {
-    const auto blk = rng.block(first_draw + static_cast<std::uint64_t>(i));
-    const TokenId x = draft[i];
-    const double px = p(i, x);
-    require(px >= 0.0 && std::isfinite(px), "p[" + std::to_string(i) + "][" + std::to_string(x) + "]", px,
-            "must be finite and >= 0");
-    if (CounterRng::to_unit_double(blk[0], blk[1]) < px) {
-      res.tokens.push_back(x);
-      ++res.accepted;
-      continue;
-    }
-    detail::check_prob_row(p.row(i), opt.tolerance, "p[" + std::to_string(i) + "]");
-    std::vector<float> residual(p.row(i).begin(), p.row(i).end());
-    residual[static_cast<std::size_t>(x)] = 0.0f;
-    const detail::BlockedRow r_row(residual);
-    require(r_row.total > 0.0, "p[" + std::to_string(i) + "]", r_row.total,
-            "rejecting the draft token needs mass on another token (p was a point mass on it)");
-    res.tokens.push_back(r_row.draw(CounterRng::to_unit_double(blk[2], blk[3])));
-    return res;
-  }
-  detail::draw_bonus(p, k, rng, first_draw, opt, res);
-  return res;
+  return verify_tree_deterministic(TokenTree::chain(draft), p, rng, first_draw, opt);
 }
 
 /// Greedy verification: the target's argmax at each position (rows of logits or
@@ -229,19 +91,7 @@ inline VerifyResult verify_greedy(std::span<const TokenId> draft, MatrixView<con
   require(target.rows() == k + 1, "target.rows()", target.rows(),
           "must equal draft tokens + 1 (" + std::to_string(k + 1) + ")");
   detail::check_draft(draft, target.cols());
-  VerifyResult res;
-  for (Index i = 0; i <= k; ++i) {
-    const TokenId best = argmax_token(target.row(i));
-    if (i < k && draft[i] == best) {
-      res.tokens.push_back(best);
-      ++res.accepted;
-      continue;
-    }
-    res.tokens.push_back(best);
-    res.bonus = i == k;
-    return res;
-  }
-  return res;
+  return verify_tree_greedy(TokenTree::chain(draft), target);
 }
 
 /// One sequence of a batched verification.

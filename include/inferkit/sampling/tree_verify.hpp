@@ -1,0 +1,312 @@
+#pragma once
+// Exact verification of a token tree of drafts against the target distributions at its positions
+// (sampling/token_tree.hpp: position 0 = root, i + 1 = node i). Walking down from the root, the
+// children of a position are tried in order against p' (the target at that position, p to begin with):
+//
+//   sampled children (each drawn independently from the position's draft row q; SpecInfer,
+//   Miao et al. 2024, Algorithm 2, multi-step speculative sampling): accept child x with
+//   probability min(1, p'(x) / q(x)); on rejection p' <- normalize(max(p' - q, 0)) and try the
+//   next child. All rejected: emit a token drawn from p'.
+//
+//   deterministic children (top-k of the draft, n-gram lookup: no sampling, so no q): the same
+//   rule with q a point mass on each child: accept x with probability p'(x); on rejection remove
+//   x from p' (p' <- normalize(p' with x zeroed)). All rejected: emit a token drawn from p'.
+//
+// An accepted child becomes the next position; a position without children (a leaf, or the root
+// of an empty tree) emits a bonus token drawn from its p. Each step is a one-draft speculative
+// sampling step whose target is the residual of the steps before it, so the emitted tokens are
+// distributed exactly as sampling from p alone (the chain's argument applied child by child).
+// A chain (sampling/speculative.hpp) is the one-branch tree and runs through this code.
+//
+// After r rejections at a sampled position p' = max(p - c_r q, 0) / S_r, where c_1 = 1,
+// c_{r+1} = c_r + S_r and S_r is the mass left (max(max(p - a q, 0) - b q, 0) = max(p - (a + b) q, 0)),
+// so each rejection is one pass over p and q and no state but (c, S) and the residual row.
+//
+// Greedy verification (temperature 0): the longest path whose tokens equal the target's argmax
+// (ties to the lowest id), then the argmax at the position where it stops.
+//
+// Randomness: the rank-th child tried at depth d (0 = the root's children) takes its acceptance
+// uniform from words 0-1 of Philox block first_draw + rank * (max_depth + 1) + d; the emitted
+// draw at depth d takes words 2-3 of block first_draw + d. TokenTree::draw_blocks() is the count.
+//
+//   inferkit::TokenTree tree;  // ... drafts added ...
+//   const auto r = inferkit::verify_tree(tree, q, p, inferkit::CounterRng(seed, request), first_draw);
+//   // r.path: accepted nodes; r.tokens: their tokens, then the correction or bonus token
+//
+// Checks as in sampling/speculative.hpp: tokens outside the vocabulary are std::out_of_range;
+// q(x) == 0 for a sampled child, mismatched shapes, and rows that are negative, non-finite or do
+// not sum to 1 within `tolerance` are std::invalid_argument. Rows are checked where the rule reads
+// them whole (a position with a rejection, the bonus row), all of them with `check_all_rows`.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/core/philox.hpp"
+#include "inferkit/core/simd.hpp"
+#include "inferkit/core/view.hpp"
+#include "inferkit/sampling/categorical.hpp"
+#include "inferkit/sampling/logits.hpp"
+#include "inferkit/sampling/token_tree.hpp"
+
+namespace inferkit {
+
+/// Checks of the verification inputs.
+struct VerifyOptions {
+  double tolerance = 1e-3;      ///< |sum(row) - 1| allowed for a probability row
+  bool check_all_rows = false;  ///< also check rows the rule does not read whole (O(rows V))
+};
+
+/// The outcome of verifying one draft (a chain or a tree).
+struct VerifyResult {
+  Index accepted = 0;           ///< draft tokens accepted (the length of `path`)
+  std::vector<TokenId> tokens;  ///< accepted drafts, then the correction or bonus token
+  bool bonus = false;           ///< true when the path ended at a leaf and the last token is the bonus
+  std::vector<Index> path;      ///< accepted tree nodes, root to leaf (a chain: 0 .. accepted - 1)
+};
+
+namespace detail {
+
+/// Sums of 1024-element blocks of a row of weights, in double, and their total; one SIMD pass
+/// that also flags negative, NaN or infinite entries. The blocks make a draw O(V / 1024 + 1024).
+struct BlockedRow {
+  static constexpr std::size_t kBlock = 1024;
+  std::span<const float> w;
+  std::vector<double> block;
+  double total = 0.0;
+  bool valid = true;
+
+  explicit BlockedRow(std::span<const float> row) : w(row) {
+    block.resize((row.size() + kBlock - 1) / kBlock);
+    const simd::VecF zero = simd::broadcast(0.0f), inf = simd::broadcast(std::numeric_limits<float>::infinity());
+    simd::VecF bad = zero;
+    for (std::size_t b = 0; b < block.size(); ++b) {
+      const std::size_t lo = b * kBlock, len = std::min(kBlock, row.size() - lo);
+      std::size_t i = 0;
+      for (; i + simd::kWidth <= len; i += simd::kWidth) {
+        const simd::VecF v = simd::load(row.data() + lo + i);
+        bad = bad + simd::select(v >= zero, simd::select(v == inf, inf, zero), inf);  // NaN fails v >= 0
+      }
+      for (; i < len; ++i) valid = valid && row[lo + i] >= 0.0f && std::isfinite(row[lo + i]);
+      block[b] = simd::sum_as_double(row.data() + lo, len);
+      total += block[b];
+    }
+    valid = valid && simd::hsum(bad) == 0.0f;
+  }
+
+  /// The first index whose running sum exceeds u * total.
+  TokenId draw(double u) const {
+    const double target = u * total;
+    double cum = 0.0;
+    std::size_t b = 0;
+    while (b + 1 < block.size() && cum + block[b] <= target) cum += block[b++];
+    const std::size_t lo = b * kBlock, len = std::min(kBlock, w.size() - lo);
+    const std::size_t j = walk_to(w.data() + lo, len, cum, target);
+    if (j < len) return static_cast<TokenId>(lo + j);
+    for (std::size_t i = w.size(); i-- > 0;)  // rounding ran past the end: last positive weight
+      if (w[i] > 0.0f) return static_cast<TokenId>(i);
+    return static_cast<TokenId>(w.size() - 1);
+  }
+};
+
+/// "matrix[row]", or "matrix" when row < 0 (built only for error messages).
+inline std::string row_name(std::string_view matrix, Index row) {
+  return row < 0 ? std::string(matrix) : std::string(matrix) + "[" + std::to_string(row) + "]";
+}
+
+/// Checks a probability row (finite, >= 0, sums to 1 within tolerance) and returns its blocks.
+/// Errors name the row matrix[row]; the hot path builds no strings.
+inline BlockedRow checked_prob_row(std::span<const float> row, double tolerance, std::string_view matrix,
+                                   Index index = -1) {
+  BlockedRow r(row);
+  if (!r.valid) {
+    for (std::size_t i = 0; i < row.size(); ++i)
+      if (!(row[i] >= 0.0f) || !std::isfinite(row[i]))
+        throw_invalid_argument(row_name(matrix, index) + "[" + std::to_string(i) + "]", row[i],
+                               "probabilities must be finite and >= 0");
+  }
+  if (!(std::abs(r.total - 1.0) <= tolerance))
+    throw_invalid_argument(row_name(matrix, index) + " sum", r.total,
+                           "a probability row must sum to 1 within tolerance " + std::to_string(tolerance));
+  // A tolerance >= 1 admits a row without mass: nothing could be drawn from it.
+  if (!(r.total > 0.0))
+    throw_invalid_argument(row_name(matrix, index) + " sum", r.total, "a probability row needs positive mass");
+  return r;
+}
+
+/// checked_prob_row without the result.
+inline void check_prob_row(std::span<const float> row, double tolerance, std::string_view matrix, Index index = -1) {
+  (void)checked_prob_row(row, tolerance, matrix, index);
+}
+
+/// The rule of the file header; q == nullptr means deterministic children.
+inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<const float>* q, MatrixView<const float> p,
+                                     const CounterRng& rng, std::uint64_t first_draw, const VerifyOptions& opt) {
+  const Index n = tree.size(), vocab = p.cols();
+  if (p.rows() != n + 1)
+    throw_invalid_argument("p.rows()", p.rows(), "must equal tree nodes + 1 (" + std::to_string(n + 1) + ")");
+  require(vocab > 0, "p.cols()", vocab, "must be > 0 (vocabulary size)");
+  require(opt.tolerance >= 0.0, "tolerance", opt.tolerance, "must be >= 0");
+  if (q) {
+    if (q->rows() != tree.expanded_count())
+      throw_invalid_argument(
+          "q.rows()", q->rows(),
+          "must equal the tree's expanded positions (" + std::to_string(tree.expanded_count()) + ")");
+    if (q->rows() != 0 && q->cols() != vocab)
+      throw_invalid_argument("q.cols()", q->cols(), "must equal p.cols() (" + std::to_string(vocab) + ")");
+  }
+  for (Index i = 0; i < n; ++i)
+    if (tree.token(i) >= vocab)
+      throw_out_of_range("tree.token(" + std::to_string(i) + ")", tree.token(i),
+                         "must be in [0, " + std::to_string(vocab) + ")");
+  if (opt.check_all_rows) {
+    if (q)
+      for (Index i = 0; i < q->rows(); ++i) check_prob_row(q->row(i), opt.tolerance, "q", i);
+    for (Index i = 0; i <= n; ++i) check_prob_row(p.row(i), opt.tolerance, "p", i);
+  }
+  const std::uint64_t rank_stride = static_cast<std::uint64_t>(tree.max_depth() + 1);
+  VerifyResult res;
+  std::vector<float> residual, scratch;  // sampled: max(p - c q, 0) after a rejection
+  std::vector<TokenId> removed;          // deterministic: children rejected at this position
+  Index pos = 0;
+  for (std::uint64_t depth = 0;; ++depth) {
+    const Index q_row = q ? tree.draft_row(pos) : -1;
+    const float* pr = p.row_ptr(pos);
+    const float* qr = q_row >= 0 ? q->row_ptr(q_row) : nullptr;
+    // p' = weights / mass: p with mass 1 (the row is a distribution) until a rejection.
+    std::optional<BlockedRow> p_row, r_row;
+    double mass = 1.0, c = 0.0;
+    removed.clear();
+    std::uint64_t rank = 0;
+    Index next = -1;
+    for (Index child = tree.first_child(pos); child >= 0; child = tree.next_sibling(child), ++rank) {
+      const auto blk = rng.block(first_draw + rank * rank_stride + depth);
+      const double u = CounterRng::to_unit_double(blk[0], blk[1]);
+      const TokenId x = tree.token(child);
+      double qx = 1.0;
+      if (qr) {
+        qx = qr[x];
+        if (!(qx > 0.0) || !std::isfinite(qx))
+          throw_invalid_argument("q[" + std::to_string(q_row) + "][" + std::to_string(x) + "]", qx,
+                                 "the draft distribution must give its own token x_i a positive probability");
+      }
+      const double px = pr[x];
+      if (!(px >= 0.0) || !std::isfinite(px))
+        throw_invalid_argument("p[" + std::to_string(pos) + "][" + std::to_string(x) + "]", px,
+                               "must be finite and >= 0");
+      const double weight = qr ? (r_row ? static_cast<double>(residual[static_cast<std::size_t>(x)]) : px)
+                               : (std::find(removed.begin(), removed.end(), x) != removed.end() ? 0.0 : px);
+      if (u * qx * mass < weight) {  // accept with probability min(1, p'(x) / q(x))
+        next = child;
+        break;
+      }
+      if (!p_row) {
+        p_row.emplace(checked_prob_row(p.row(pos), opt.tolerance, "p", pos));
+        if (qr) check_prob_row(q->row(q_row), opt.tolerance, "q", q_row);
+      }
+      if (qr) {  // p' <- normalize(max(p' - q, 0)) = max(p - (c + S) q, 0) / its mass
+        const float c_next = static_cast<float>(c + mass);
+        scratch.resize(static_cast<std::size_t>(vocab));
+        std::size_t v = 0;
+        const simd::VecF cv = simd::broadcast(c_next), zero = simd::broadcast(0.0f);
+        for (; v + simd::kWidth <= scratch.size(); v += simd::kWidth)
+          simd::store(scratch.data() + v, simd::max(simd::load(pr + v) - cv * simd::load(qr + v), zero));
+        for (; v < scratch.size(); ++v) scratch[v] = std::max(0.0f, pr[v] - c_next * qr[v]);
+        BlockedRow next_row(scratch);
+        // An empty residual only comes from rounding (p' == q up to float): p' stays as it was.
+        if (next_row.total > 0.0) {
+          std::swap(residual, scratch);  // next_row's span follows the buffer into `residual`
+          r_row.emplace(std::move(next_row));
+          c = c_next;
+          mass = r_row->total;
+        }
+      } else {
+        mass = (removed.empty() ? p_row->total : mass) - weight;
+        removed.push_back(x);
+      }
+    }
+    if (next >= 0) {
+      res.tokens.push_back(tree.token(next));
+      res.path.push_back(next);
+      ++res.accepted;
+      pos = next + 1;
+      continue;
+    }
+    const auto blk = rng.block(first_draw + depth);
+    const double u = CounterRng::to_unit_double(blk[2], blk[3]);
+    if (rank == 0) {  // a leaf: the bonus token from p
+      res.tokens.push_back(checked_prob_row(p.row(pos), opt.tolerance, "p", pos).draw(u));
+      res.bonus = true;
+    } else if (qr) {
+      res.tokens.push_back(r_row ? r_row->draw(u) : p_row->draw(u));
+    } else {
+      residual.assign(pr, pr + vocab);
+      for (TokenId x : removed) residual[static_cast<std::size_t>(x)] = 0.0f;
+      const BlockedRow rest(residual);
+      if (!(rest.total > 0.0))
+        throw_invalid_argument(row_name("p", pos), rest.total,
+                               "rejecting the draft token needs mass on another token (p was a point mass on it)");
+      res.tokens.push_back(rest.draw(u));
+    }
+    return res;
+  }
+}
+
+}  // namespace detail
+
+/// Verifies a tree whose children were drawn independently from the draft rows q
+/// [tree.expanded_count(), V] (row tree.draft_row(u) for position u) against p [tree.size() + 1, V].
+inline VerifyResult verify_tree(const TokenTree& tree, MatrixView<const float> q, MatrixView<const float> p,
+                                const CounterRng& rng, std::uint64_t first_draw, const VerifyOptions& opt = {}) {
+  return detail::verify_tree_rule(tree, &q, p, rng, first_draw, opt);
+}
+
+/// Verifies a tree whose children were chosen without sampling (distinct top-k tokens, n-gram
+/// continuations) against p [tree.size() + 1, V]: tried children are removed from the target.
+inline VerifyResult verify_tree_deterministic(const TokenTree& tree, MatrixView<const float> p, const CounterRng& rng,
+                                              std::uint64_t first_draw, const VerifyOptions& opt = {}) {
+  return detail::verify_tree_rule(tree, nullptr, p, rng, first_draw, opt);
+}
+
+/// Greedy verification: the longest root path whose every token is the target's argmax at its
+/// parent's position (rows of logits or probabilities [tree.size() + 1, V], ties to the lowest id;
+/// between equally long paths the first in depth-first order), then the argmax at the path's end
+/// (the bonus when that is a leaf). Argmaxes are taken only at the root and matching nodes.
+inline VerifyResult verify_tree_greedy(const TokenTree& tree, MatrixView<const float> target) {
+  const Index n = tree.size();
+  if (target.rows() != n + 1)
+    throw_invalid_argument("target.rows()", target.rows(), "must equal tree nodes + 1 (" + std::to_string(n + 1) + ")");
+  for (Index i = 0; i < n; ++i)
+    if (tree.token(i) >= target.cols())
+      throw_out_of_range("tree.token(" + std::to_string(i) + ")", tree.token(i),
+                         "must be in [0, " + std::to_string(target.cols()) + ")");
+  // best[u]: argmax at position u, computed for the root and matching nodes; -1 elsewhere.
+  std::array<TokenId, TokenTree::kMaxNodes + 1> best;
+  best.fill(-1);
+  best[0] = argmax_token(target.row(0));
+  Index end = -1;  // deepest matching node
+  for (Index i = 0; i < n; ++i) {
+    const TokenId want = best[static_cast<std::size_t>(tree.parent(i) + 1)];
+    if (want < 0 || tree.token(i) != want) continue;
+    best[static_cast<std::size_t>(i + 1)] = argmax_token(target.row(i + 1));
+    if (end < 0 || tree.depth(i) > tree.depth(end)) end = i;
+  }
+  VerifyResult res;
+  for (Index a = end; a >= 0; a = tree.parent(a)) res.path.push_back(a);
+  std::reverse(res.path.begin(), res.path.end());
+  for (Index a : res.path) res.tokens.push_back(tree.token(a));
+  res.accepted = static_cast<Index>(res.path.size());
+  res.tokens.push_back(best[static_cast<std::size_t>(end + 1)]);
+  res.bonus = tree.first_child(end + 1) < 0;
+  return res;
+}
+
+}  // namespace inferkit
