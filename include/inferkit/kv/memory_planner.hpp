@@ -148,17 +148,24 @@ struct LatentCachePlan {
   Index qk_nope_dim = 0;                      ///< per-head key part without RoPE (materialized)
   Index v_head_dim = 0;                       ///< per-head value width (materialized)
   LatentFormat format = LatentFormat::kBF16;  ///< latent row storage
+  /// 0: a dense LatentCache; > 0: paged (kv/paged_latent.hpp) in pages of this many tokens,
+  /// whole pages of ceil(layers / 2) pool layers x 2 streams.
+  Index page_size = 0;
 };
 
-/// Bytes of the latent caches of `batch` sequences of `context` tokens (LatentCache rows).
+/// Bytes of the latent caches of `batch` sequences of `context` tokens (LatentCache rows, or
+/// whole pages of paged latent rows when plan.page_size > 0).
 /// @throws std::invalid_argument when layers <= 0, context < 0, batch < 1 or the row is invalid
-///         for the format (latent_row_bytes()).
+///         for the format (latent_row_bytes()), page_size < 0.
 inline double latent_cache_bytes(const LatentCachePlan& p, Index context, Index batch) {
   require(p.layers > 0, "plan.layers", p.layers, "must be > 0");
   require(context >= 0, "context", context, "must be >= 0");
   require(batch >= 1, "batch", batch, "must be >= 1");
-  return double(p.layers) * double(latent_row_bytes(p.format, p.kv_lora_rank + p.rope_dim)) * double(context) *
-         double(batch);
+  require(p.page_size >= 0, "plan.page_size", p.page_size, "must be >= 0 (0 = dense)");
+  const double row = double(latent_row_bytes(p.format, p.kv_lora_rank + p.rope_dim));
+  if (p.page_size == 0) return double(p.layers) * row * double(context) * double(batch);
+  const double tokens = std::ceil(double(context) / double(p.page_size)) * double(p.page_size);
+  return double((p.layers + 1) / 2 * 2) * row * tokens * double(batch);
 }
 
 /// Bytes the same model's materialized per-head K and V would take: layers x heads x
