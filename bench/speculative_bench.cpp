@@ -15,6 +15,7 @@
 //          accepted at the root; i.e. one rejection, then a bonus
 //   case 3 deterministic_reject_root: all 8 root children rejected (8 removals), draw from the rest
 //   case 4 greedy_path: greedy verification along the spine to depth 8
+//   case 5 chain_greedy: the chain baseline of case 4, verify_greedy on the 8 spine tokens
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -116,7 +117,8 @@ struct TreeCase {
   static constexpr Index kLevels = 8, kWidth = 8;
   Index vocab;
   inferkit::TokenTree tree;
-  std::vector<float> q, p;
+  std::vector<float> q, p, chain_p;  // chain_p: the rows of the root and the spine (case 5)
+  std::vector<TokenId> spine_tokens;
   TreeCase(Index v, int kind) : vocab(v) {
     // Nodes level by level (spine child first), reordered depth-first.
     std::vector<TokenId> tok;
@@ -138,9 +140,14 @@ struct TreeCase {
     for (Index i = 0; i < v; ++i) row[i] = static_cast<float>(std::exp(double(logits[i])) / z);
     for (Index i = 0; i < tree.expanded_count(); ++i) q.insert(q.end(), row.begin(), row.end());
     for (Index i = 0; i <= tree.size(); ++i) p.insert(p.end(), row.begin(), row.end());
-    if (kind == 4)  // target logits whose argmax is the spine child at every spine position
+    if (kind == 4 || kind == 5)  // target logits whose argmax is the spine child at every spine position
       for (Index u = 0; u <= tree.size(); ++u)
         if (tree.first_child(u) >= 0) p[static_cast<std::size_t>(u * v + tree.token(tree.first_child(u)))] = 2.0f;
+    for (Index u = 0; u <= tree.size(); u = tree.first_child(u) + 1) {
+      chain_p.insert(chain_p.end(), p.begin() + u * v, p.begin() + (u + 1) * v);
+      if (tree.first_child(u) < 0) break;
+      spine_tokens.push_back(tree.token(tree.first_child(u)));
+    }
     if (kind == 1 || kind == 3 || kind == 2) {  // move the root children's target mass to token 0
       const Index n_zero = kind == 2 ? 1 : kWidth;
       Index c = tree.first_child(0);
@@ -170,6 +177,9 @@ void BM_verify_tree(benchmark::State& state) {
     if (kind <= 1) benchmark::DoNotOptimize(inferkit::verify_tree(c.tree, q, p, rng, it));
     if (kind == 2 || kind == 3) benchmark::DoNotOptimize(inferkit::verify_tree_deterministic(c.tree, p, rng, it));
     if (kind == 4) benchmark::DoNotOptimize(inferkit::verify_tree_greedy(c.tree, p));
+    if (kind == 5)
+      benchmark::DoNotOptimize(inferkit::verify_greedy(
+          c.spine_tokens, {c.chain_p.data(), static_cast<Index>(c.spine_tokens.size()) + 1, c.vocab}));
     it += c.tree.draw_blocks();
   }
   ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -177,7 +187,7 @@ void BM_verify_tree(benchmark::State& state) {
 
 BENCHMARK(BM_verify_tree)
     ->Name("speculative_tree/inferkit")
-    ->ArgsProduct({{128256}, {0, 1, 2, 3, 4}})
+    ->ArgsProduct({{128256}, {0, 1, 2, 3, 4, 5}})
     ->ArgNames({"V", "case"})
     ->Unit(benchmark::kMicrosecond);
 
