@@ -20,13 +20,14 @@ namespace {
 
 // Chain verification outcomes over seeded random cases, folded into one FNV-1a hash. The
 // expected values were printed by sampling/speculative.hpp before the chain ran through the tree
-// code (commit 6772f87, its own loop per position), at -O2 -march=native and at -O0.
-std::uint64_t chain_outcome_hash(int which) {
+// code (commit 6772f87, its own loop per position), at -O2 -march=native and at -O0 (V <= 41
+// and, with `large`, V = 1000 .. 4999, several 1024-token blocks per row).
+std::uint64_t chain_outcome_hash(int which, bool large = false) {
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&](std::uint64_t x) { h = (h ^ x) * 1099511628211ull; };
-  std::mt19937 gen(424242u + unsigned(which));
-  for (int c = 0; c < 3000; ++c) {
-    const Index v = 2 + Index(gen() % 40), k = Index(gen() % 7);
+  std::mt19937 gen(424242u + unsigned(which) + (large ? 1000u : 0u));
+  for (int c = 0; c < (large ? 300 : 3000); ++c) {
+    const Index v = large ? 1000 + Index(gen() % 4000) : 2 + Index(gen() % 40), k = Index(gen() % 7);
     std::vector<float> q(std::size_t(k * v)), p(std::size_t((k + 1) * v));
     std::gamma_distribution<double> g(0.5, 1.0);
     auto fill = [&](float* row, bool sparse) {
@@ -170,6 +171,10 @@ TEST_CASE("chains through the tree code give the results of the chain verifier b
   CHECK(chain_outcome_hash(0) == 0x77cfe1abd59f5ac3ull);  // verify_draft
   CHECK(chain_outcome_hash(1) == 0xa1cc942ec2f39855ull);  // verify_point_mass_draft
   CHECK(chain_outcome_hash(2) == 0x883bd4ebc9d97289ull);  // verify_greedy
+  // V = 1000 .. 4999: rows of several 1024-token blocks
+  CHECK(chain_outcome_hash(0, true) == 0x59df41c5cbafa773ull);
+  CHECK(chain_outcome_hash(1, true) == 0x94e11b871bea17d9ull);
+  CHECK(chain_outcome_hash(2, true) == 0x89b53be7d2a3e721ull);
 }
 
 TEST_CASE("tree verification: the first two emitted tokens follow the target (chi-square, 10^6 trials)",

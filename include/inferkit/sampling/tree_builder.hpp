@@ -34,11 +34,11 @@ namespace inferkit {
 
 /// Budgets of EAGLE-2-style tree construction.
 struct DraftTreeOptions {
-  Index top_k = 8;          ///< children an expanded candidate adds (its draft's top-k), >= 1
-  Index expand_width = 8;   ///< candidates of the newest depth expanded per step, >= 1
-  Index max_depth = 6;      ///< candidate depth limit, in [1, TokenTree::kMaxNodes]
-  Index max_nodes = 64;     ///< nodes of the final tree, in [1, TokenTree::kMaxNodes]
-  double min_prob = 0.0;    ///< draft probabilities <= this never become candidates, in [0, 1)
+  Index top_k = 8;         ///< children an expanded candidate adds (its draft's top-k), >= 1
+  Index expand_width = 8;  ///< candidates of the newest depth expanded per step, >= 1
+  Index max_depth = 6;     ///< candidate depth limit, in [1, TokenTree::kMaxNodes]
+  Index max_nodes = 64;    ///< nodes of the final tree, in [1, TokenTree::kMaxNodes]
+  double min_prob = 0.0;   ///< draft probabilities <= this never become candidates, in [0, 1)
 };
 
 /// Grows candidates from draft distributions and selects the final tree (see the file header).
@@ -58,12 +58,12 @@ class DraftTreeBuilder {
     newest_depth_ = 1;
   }
 
-  Index candidates() const { return static_cast<Index>(token_.size()); }           ///< candidates so far
-  TokenId token(Index c) const { return token_[checked(c)]; }                      ///< a candidate's token
-  Index parent(Index c) const { return parent_[checked(c)]; }                      ///< TokenTree::kRoot or a candidate
-  Index depth(Index c) const { return depth_[checked(c)]; }                        ///< 1 for the root's children
-  double log_value(Index c) const { return log_value_[checked(c)]; }               ///< sum of log draft probabilities
-  bool expanded(Index c) const { return expanded_[checked(c)] != 0; }              ///< expand() was called on it
+  Index candidates() const { return static_cast<Index>(token_.size()); }  ///< candidates so far
+  TokenId token(Index c) const { return token_[checked(c)]; }             ///< a candidate's token
+  Index parent(Index c) const { return parent_[checked(c)]; }             ///< TokenTree::kRoot or a candidate
+  Index depth(Index c) const { return depth_[checked(c)]; }               ///< 1 for the root's children
+  double log_value(Index c) const { return log_value_[checked(c)]; }      ///< sum of log draft probabilities
+  bool expanded(Index c) const { return expanded_[checked(c)] != 0; }     ///< expand() was called on it
   /// The tokens from the root to candidate c (what the draft model must have seen to expand c).
   std::vector<TokenId> path(Index c) const {
     std::vector<TokenId> out;

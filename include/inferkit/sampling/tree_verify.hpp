@@ -77,6 +77,8 @@ namespace detail {
 
 /// Sums of 1024-element blocks of a row of weights, in double, and their total; one SIMD pass
 /// that also flags negative, NaN or infinite entries. The blocks make a draw O(V / 1024 + 1024).
+/// Blocks can also be scanned one at a time (reset, then scan_block in increasing order), so a
+/// pass that produces or reads several rows block by block keeps each block in L1.
 struct BlockedRow {
   static constexpr std::size_t kBlock = 1024;
   std::span<const float> w;
@@ -84,36 +86,57 @@ struct BlockedRow {
   double total = 0.0;
   bool valid = true;
 
-  explicit BlockedRow(std::span<const float> row) : w(row) {
-    block.resize((row.size() + kBlock - 1) / kBlock);
-    const simd::VecF zero = simd::broadcast(0.0f), inf = simd::broadcast(std::numeric_limits<float>::infinity());
-    simd::VecF bad = zero;
-    for (std::size_t b = 0; b < block.size(); ++b) {
-      const std::size_t lo = b * kBlock, len = std::min(kBlock, row.size() - lo);
+  BlockedRow() = default;
+  explicit BlockedRow(std::span<const float> row) {
+    reset(row);
+    for (std::size_t b = 0; b < block.size(); ++b) scan_block(b);
+  }
+
+  /// Starts a block-by-block scan of `row`.
+  void reset(std::span<const float> row) {
+    w = row;
+    block.assign((row.size() + kBlock - 1) / kBlock, 0.0);
+    total = 0.0;
+    valid = true;
+  }
+
+  /// Sums block b (and flags bad entries when `check`); blocks must come in increasing order.
+  void scan_block(std::size_t b, bool check = true) {
+    const std::size_t lo = b * kBlock, len = std::min(kBlock, w.size() - lo);
+    if (check) {
+      const simd::VecF zero = simd::broadcast(0.0f), inf = simd::broadcast(std::numeric_limits<float>::infinity());
+      simd::VecF bad = zero;
       std::size_t i = 0;
       for (; i + simd::kWidth <= len; i += simd::kWidth) {
-        const simd::VecF v = simd::load(row.data() + lo + i);
+        const simd::VecF v = simd::load(w.data() + lo + i);
         bad = bad + simd::select(v >= zero, simd::select(v == inf, inf, zero), inf);  // NaN fails v >= 0
       }
-      for (; i < len; ++i) valid = valid && row[lo + i] >= 0.0f && std::isfinite(row[lo + i]);
-      block[b] = simd::sum_as_double(row.data() + lo, len);
-      total += block[b];
+      for (; i < len; ++i) valid = valid && w[lo + i] >= 0.0f && std::isfinite(w[lo + i]);
+      valid = valid && simd::hsum(bad) == 0.0f;
     }
-    valid = valid && simd::hsum(bad) == 0.0f;
+    block[b] = simd::sum_as_double(w.data() + lo, len);
+    total += block[b];
   }
 
   /// The first index whose running sum exceeds u * total.
   TokenId draw(double u) const {
+    return draw_from_blocks(u, total, block, w.size(), [&](std::size_t b) { return w.data() + b * kBlock; });
+  }
+
+  /// draw() over blocks whose weights `data(b)` returns (the block sums must match them).
+  template <class BlockData>
+  static TokenId draw_from_blocks(double u, double total, const std::vector<double>& block, std::size_t n,
+                                  BlockData data) {
     const double target = u * total;
     double cum = 0.0;
     std::size_t b = 0;
     while (b + 1 < block.size() && cum + block[b] <= target) cum += block[b++];
-    const std::size_t lo = b * kBlock, len = std::min(kBlock, w.size() - lo);
-    const std::size_t j = walk_to(w.data() + lo, len, cum, target);
-    if (j < len) return static_cast<TokenId>(lo + j);
-    for (std::size_t i = w.size(); i-- > 0;)  // rounding ran past the end: last positive weight
-      if (w[i] > 0.0f) return static_cast<TokenId>(i);
-    return static_cast<TokenId>(w.size() - 1);
+    const std::size_t len = std::min(kBlock, n - b * kBlock);
+    const std::size_t j = walk_to(data(b), len, cum, target);
+    if (j < len) return static_cast<TokenId>(b * kBlock + j);
+    for (std::size_t i = n; i-- > 0;)  // rounding ran past the end: last positive weight
+      if (data(i / kBlock)[i % kBlock] > 0.0f) return static_cast<TokenId>(i);
+    return static_cast<TokenId>(n - 1);
   }
 };
 
@@ -122,15 +145,13 @@ inline std::string row_name(std::string_view matrix, Index row) {
   return row < 0 ? std::string(matrix) : std::string(matrix) + "[" + std::to_string(row) + "]";
 }
 
-/// Checks a probability row (finite, >= 0, sums to 1 within tolerance) and returns its blocks.
-/// Errors name the row matrix[row]; the hot path builds no strings.
-inline BlockedRow checked_prob_row(std::span<const float> row, double tolerance, std::string_view matrix,
-                                   Index index = -1) {
-  BlockedRow r(row);
+/// Throws unless the scanned row r is finite, >= 0 and sums to 1 within tolerance (with positive
+/// mass); errors name the row matrix[index].
+inline void check_scanned_row(const BlockedRow& r, double tolerance, std::string_view matrix, Index index) {
   if (!r.valid) {
-    for (std::size_t i = 0; i < row.size(); ++i)
-      if (!(row[i] >= 0.0f) || !std::isfinite(row[i]))
-        throw_invalid_argument(row_name(matrix, index) + "[" + std::to_string(i) + "]", row[i],
+    for (std::size_t i = 0; i < r.w.size(); ++i)
+      if (!(r.w[i] >= 0.0f) || !std::isfinite(r.w[i]))
+        throw_invalid_argument(row_name(matrix, index) + "[" + std::to_string(i) + "]", r.w[i],
                                "probabilities must be finite and >= 0");
   }
   if (!(std::abs(r.total - 1.0) <= tolerance))
@@ -139,6 +160,14 @@ inline BlockedRow checked_prob_row(std::span<const float> row, double tolerance,
   // A tolerance >= 1 admits a row without mass: nothing could be drawn from it.
   if (!(r.total > 0.0))
     throw_invalid_argument(row_name(matrix, index) + " sum", r.total, "a probability row needs positive mass");
+}
+
+/// Checks a probability row (finite, >= 0, sums to 1 within tolerance) and returns its blocks.
+/// Errors name the row matrix[row]; the hot path builds no strings.
+inline BlockedRow checked_prob_row(std::span<const float> row, double tolerance, std::string_view matrix,
+                                   Index index = -1) {
+  BlockedRow r(row);
+  check_scanned_row(r, tolerance, matrix, index);
   return r;
 }
 
@@ -176,6 +205,7 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
   VerifyResult res;
   std::vector<float> residual, scratch;  // sampled: max(p - c q, 0) after a rejection
   std::vector<TokenId> removed;          // deterministic: children rejected at this position
+  BlockedRow q_scan;                     // sampled: the check of q at a position's first rejection
   Index pos = 0;
   for (std::uint64_t depth = 0;; ++depth) {
     const Index q_row = q ? tree.draft_row(pos) : -1;
@@ -208,19 +238,35 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
         next = child;
         break;
       }
-      if (!p_row) {
-        p_row.emplace(checked_prob_row(p.row(pos), opt.tolerance, "p", pos));
-        if (qr) check_prob_row(q->row(q_row), opt.tolerance, "q", q_row);
-      }
+      const bool first_rejection = !p_row;
+      if (first_rejection) p_row.emplace();
       if (qr) {  // p' <- normalize(max(p' - q, 0)) = max(p - (c + S) q, 0) / its mass
+        // One pass by blocks: the first rejection also scans (checks) p and q while each block is in L1.
         const float c_next = static_cast<float>(c + mass);
         scratch.resize(static_cast<std::size_t>(vocab));
-        std::size_t v = 0;
+        BlockedRow next_row;
+        next_row.reset(scratch);
+        if (first_rejection) {
+          p_row->reset(p.row(pos));
+          q_scan.reset(q->row(q_row));
+        }
         const simd::VecF cv = simd::broadcast(c_next), zero = simd::broadcast(0.0f);
-        for (; v + simd::kWidth <= scratch.size(); v += simd::kWidth)
-          simd::store(scratch.data() + v, simd::max(simd::load(pr + v) - cv * simd::load(qr + v), zero));
-        for (; v < scratch.size(); ++v) scratch[v] = std::max(0.0f, pr[v] - c_next * qr[v]);
-        BlockedRow next_row(scratch);
+        for (std::size_t b = 0; b < next_row.block.size(); ++b) {
+          if (first_rejection) {
+            p_row->scan_block(b);
+            q_scan.scan_block(b);
+          }
+          const std::size_t lo = b * BlockedRow::kBlock, hi = std::min(scratch.size(), lo + BlockedRow::kBlock);
+          std::size_t v = lo;
+          for (; v + simd::kWidth <= hi; v += simd::kWidth)
+            simd::store(scratch.data() + v, simd::max(simd::load(pr + v) - cv * simd::load(qr + v), zero));
+          for (; v < hi; ++v) scratch[v] = std::max(0.0f, pr[v] - c_next * qr[v]);
+          next_row.scan_block(b, false);
+        }
+        if (first_rejection) {
+          check_scanned_row(*p_row, opt.tolerance, "p", pos);
+          check_scanned_row(q_scan, opt.tolerance, "q", q_row);
+        }
         // An empty residual only comes from rounding (p' == q up to float): p' stays as it was.
         if (next_row.total > 0.0) {
           std::swap(residual, scratch);  // next_row's span follows the buffer into `residual`
@@ -229,6 +275,7 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
           mass = r_row->total;
         }
       } else {
+        if (first_rejection) p_row.emplace(checked_prob_row(p.row(pos), opt.tolerance, "p", pos));
         mass = (removed.empty() ? p_row->total : mass) - weight;
         removed.push_back(x);
       }
@@ -248,13 +295,39 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
     } else if (qr) {
       res.tokens.push_back(r_row ? r_row->draw(u) : p_row->draw(u));
     } else {
-      residual.assign(pr, pr + vocab);
-      for (TokenId x : removed) residual[static_cast<std::size_t>(x)] = 0.0f;
-      const BlockedRow rest(residual);
-      if (!(rest.total > 0.0))
-        throw_invalid_argument(row_name("p", pos), rest.total,
+      // p without the removed tokens: the blocks holding one are copied with it zeroed and
+      // re-summed, the others keep p's sums, so the draw costs O(V / 1024 + removed * 1024).
+      std::vector<double> block = p_row->block;
+      std::vector<std::size_t> copied;  // block indices with a copy in residual
+      residual.clear();
+      for (TokenId x : removed) {
+        const std::size_t b = static_cast<std::size_t>(x) / BlockedRow::kBlock;
+        auto at = std::find(copied.begin(), copied.end(), b);
+        if (at == copied.end()) {
+          const std::size_t lo = b * BlockedRow::kBlock, len = std::min(BlockedRow::kBlock, p_row->w.size() - lo);
+          copied.push_back(b);
+          residual.insert(residual.end(), pr + lo, pr + lo + len);
+          residual.resize(copied.size() * BlockedRow::kBlock, 0.0f);
+          at = copied.end() - 1;
+        }
+        residual[static_cast<std::size_t>(at - copied.begin()) * BlockedRow::kBlock +
+                 static_cast<std::size_t>(x) % BlockedRow::kBlock] = 0.0f;
+      }
+      for (std::size_t j = 0; j < copied.size(); ++j)
+        block[copied[j]] =
+            simd::sum_as_double(residual.data() + j * BlockedRow::kBlock,
+                                std::min(BlockedRow::kBlock, p_row->w.size() - copied[j] * BlockedRow::kBlock));
+      double total = 0.0;
+      for (double s : block) total += s;
+      if (!(total > 0.0))
+        throw_invalid_argument(row_name("p", pos), total,
                                "rejecting the draft token needs mass on another token (p was a point mass on it)");
-      res.tokens.push_back(rest.draw(u));
+      res.tokens.push_back(BlockedRow::draw_from_blocks(u, total, block, p_row->w.size(), [&](std::size_t b) {
+        const auto at = std::find(copied.begin(), copied.end(), b);
+        return at == copied.end()
+                   ? pr + b * BlockedRow::kBlock
+                   : residual.data() + static_cast<std::size_t>(at - copied.begin()) * BlockedRow::kBlock;
+      }));
     }
     return res;
   }
