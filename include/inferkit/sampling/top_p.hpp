@@ -284,11 +284,14 @@ inline DenseSweep sweep_dense(std::span<const float> x, float max, float t_hi, f
       const __m256 e = simd::exp_nonpositive(simd::VecF(_mm256_sub_ps(l, vmax)));
       const __m256 is_hi = _mm256_cmp_ps(l, vhi, _CMP_GT_OQ);
       const __m256 is_mid = _mm256_andnot_ps(is_hi, _mm256_cmp_ps(l, vlo, _CMP_GE_OQ));
-      const __m256 eh = _mm256_and_ps(e, is_hi);
-      z0 = _mm256_add_pd(z0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-      z1 = _mm256_add_pd(z1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-      h0 = _mm256_add_pd(h0, _mm256_cvtps_pd(_mm256_castps256_ps128(eh)));
-      h1 = _mm256_add_pd(h1, _mm256_cvtps_pd(_mm256_extractf128_ps(eh, 1)));
+      const __m256d e0 = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), e1 = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
+      const __m256i hi_mask = _mm256_castps_si256(is_hi);  // sign-extended to 64-bit lanes
+      z0 = _mm256_add_pd(z0, e0);
+      z1 = _mm256_add_pd(z1, e1);
+      h0 = _mm256_add_pd(
+          h0, _mm256_and_pd(e0, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(hi_mask)))));
+      h1 = _mm256_add_pd(
+          h1, _mm256_and_pd(e1, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(hi_mask, 1)))));
       const auto m = static_cast<unsigned>(_mm256_movemask_ps(is_mid));
       const __m256i perm = left_pack_indices(m);
       _mm256_storeu_ps(mid_l + k, _mm256_permutevar8x32_ps(l, perm));
@@ -326,9 +329,16 @@ inline DenseSweep sweep_dense(std::span<const float> x, float max, float t_hi, f
   return r;
 }
 
-/// Computes the set's weights; returns their sum (double).
+/// Computes the set's weights; returns their sum (double). Every member is <= max, so the
+/// weights come from exp_nonpositive (exp's bits without its overflow and NaN fix-ups).
 inline double set_weights(TokenSet& s, float max) {
-  simd::exp_shifted(s.l.data(), s.w.data(), s.n, max);
+  const simd::VecF vmax = simd::broadcast(max);
+  std::size_t j = 0;
+  for (; j + simd::kWidth <= s.n; j += simd::kWidth)
+    simd::store(s.w.data() + j, simd::exp_nonpositive(simd::load(s.l.data() + j) - vmax));
+  if (j < s.n)
+    simd::store_partial(s.w.data() + j, simd::exp_nonpositive(simd::load_partial(s.l.data() + j, s.n - j, max) - vmax),
+                        s.n - j);
   return simd::sum_as_double(s.w.data(), s.n);
 }
 
