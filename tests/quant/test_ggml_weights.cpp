@@ -106,8 +106,8 @@ TEST_CASE("ggml_dequantize_row: F16 and BF16 decode every finite pattern as the 
   for (bool bf16 : {false, true}) {
     const Index rows = 3, cols = 1000;
     const auto h = random_halves(static_cast<std::size_t>(rows * cols), bf16, 11);
-    const auto w = GgmlWeights::view(bf16 ? GgmlType::kBF16 : GgmlType::kF16, rows, cols,
-                                     std::as_bytes(std::span(h)), "w");
+    const auto w =
+        GgmlWeights::view(bf16 ? GgmlType::kBF16 : GgmlType::kF16, rows, cols, std::as_bytes(std::span(h)), "w");
     std::vector<float> out(static_cast<std::size_t>(cols));
     for (Index r = 0; r < rows; ++r) {
       inferkit::ggml_dequantize_row(w, r, out);

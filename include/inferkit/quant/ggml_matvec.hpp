@@ -8,6 +8,15 @@
 // F32 / F16 / BF16: float activations, y_n = sum_k w(n, k) x_k accumulated in float (the
 // elements widen in registers; detail/ggml_float_kernels.hpp).
 //
+// Block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K; layouts in ggml_blocks.hpp): the
+// activations are quantized to int8 per block (32 weights, llama.cpp's Q8_0; 256 for the
+// K-quants, its Q8_K) and the products run on integer dot products
+// (detail/ggml_int8_kernels.hpp): VNNI (vpdpbusd / vpdpwssd), AVX2 (vpmaddubsw + vpmaddwd) or
+// scalar, as `kernel` says. Every path gives the same integer sums; the float sums of the block
+// terms are ordered per path, so paths differ by float rounding only. Error against the exact
+// product of the dequantized weights: at most sum_b (dx_b / 2) sum_{k in b} |w_k| from the
+// activation rounding, plus float rounding.
+//
 // Threads split output rows in fixed items of 16 rows; each output is computed by the same
 // operations whatever the thread count or the number of activation rows, so ggml_matvec(x)
 // equals row 0 of ggml_matmul on the one-row X, bit for bit, on any thread count.
@@ -24,6 +33,7 @@
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/detail/activation_rows.hpp"
 #include "inferkit/quant/detail/ggml_float_kernels.hpp"
+#include "inferkit/quant/detail/ggml_int8_kernels.hpp"
 #include "inferkit/quant/detail/kernel_dispatch.hpp"
 #include "inferkit/quant/detail/parallel.hpp"
 #include "inferkit/quant/ggml_weights.hpp"
@@ -78,26 +88,55 @@ inline void ggml_plain_item(const GgmlWeights& w, Index n0, Index nr, MatrixView
   }
 }
 
+/// Activation rows per int8 tile (each unpacked weight chunk is used C times from registers).
+inline constexpr int kGgmlInt8Tokens = 4;
+
+/// Y = X W^T for a block type: X quantized once, each row unpacked once per token tile.
+template <class L>
+inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const float> x, MatrixView<float> y,
+                               int threads, QuantKernel kernel) {
+  const Index N = w.rows(), K = w.cols(), T = x.rows(), items = ceil_div(N, kGgmlRowsPerItem);
+  GgmlQ8Rows q8;
+  ggml_quantize_activations(x, L::kBlock, kernel, q8, T >= 16 ? threads : 1);
+  on_quant_path(kernel, [&](auto path) {
+    const auto make = [&] {
+      GgmlUnpackedRow r;
+      r.resize(K, L::kBlock);
+      return r;
+    };
+    parallel_items_with(threads, items, make, [&](GgmlUnpackedRow& r, Index i) {
+      const Index n0 = i * kGgmlRowsPerItem, n1 = std::min(N, n0 + kGgmlRowsPerItem);
+      for (Index t0 = 0; t0 < T; t0 += kGgmlTokenTile) {
+        const Index t1 = std::min(T, t0 + kGgmlTokenTile);
+        for (Index n = n0; n < n1; ++n) {
+          ggml_unpack_row(layout, path, reinterpret_cast<const std::uint8_t*>(w.row(n)), K, r);
+          for (Index t = t0; t < t1; t += kGgmlInt8Tokens) {
+            const int tc = static_cast<int>(std::min<Index>(kGgmlInt8Tokens, t1 - t));
+            with_static_count<kGgmlInt8Tokens>(
+                tc, [&](auto C) { ggml_int8_tile<L, C()>(path, r, K, q8, t, y.row_ptr(t) + n, y.row_stride()); });
+          }
+        }
+      }
+    });
+  });
+}
+
 /// Y = X W^T over every item on `threads` threads.
-inline void ggml_product(const GgmlWeights& w, MatrixView<const float> x, MatrixView<float> y, int threads) {
+inline void ggml_product(const GgmlWeights& w, MatrixView<const float> x, MatrixView<float> y, int threads,
+                         QuantKernel kernel) {
+  if (on_ggml_block_type(w.type(), [&](auto layout) { ggml_block_product(layout, w, x, y, threads, kernel); })) return;
   const Index N = w.rows(), items = ceil_div(N, kGgmlRowsPerItem);
   const auto make = [] { return std::vector<float>(); };
-  parallel_items_with(threads, items, make, [&](std::vector<float>& scratch, Index i) {
+  const auto item = [&](auto tag, std::vector<float>& scratch, Index i) {
     const Index n0 = i * kGgmlRowsPerItem, nr = std::min(kGgmlRowsPerItem, N - n0);
-    switch (w.type()) {
-      case GgmlType::kF32:
-        ggml_plain_item<float>(w, n0, nr, x, y, scratch);
-        break;
-      case GgmlType::kF16:
-        ggml_plain_item<Float16>(w, n0, nr, x, y, scratch);
-        break;
-      case GgmlType::kBF16:
-        ggml_plain_item<BFloat16>(w, n0, nr, x, y, scratch);
-        break;
-      default:
-        throw_invalid_argument("tensor '" + w.name() + "' type", ggml_type_name(w.type()), "has no ggml kernel");
-    }
-  });
+    ggml_plain_item<decltype(tag)>(w, n0, nr, x, y, scratch);
+  };
+  if (w.type() == GgmlType::kF32)
+    parallel_items_with(threads, items, make, [&](std::vector<float>& s, Index i) { item(float{}, s, i); });
+  else if (w.type() == GgmlType::kF16)
+    parallel_items_with(threads, items, make, [&](std::vector<float>& s, Index i) { item(Float16{}, s, i); });
+  else
+    parallel_items_with(threads, items, make, [&](std::vector<float>& s, Index i) { item(BFloat16{}, s, i); });
 }
 
 }  // namespace detail
@@ -109,10 +148,10 @@ inline void ggml_matvec(const GgmlWeights& w, std::span<const float> x, std::spa
                         QuantKernel kernel = QuantKernel::kAuto) {
   require_thread_count("num_threads", num_threads);
   detail::check_matvec_shapes(w.rows(), w.cols(), x, y);
-  (void)resolve_quant_kernel(kernel);
+  const QuantKernel path = resolve_quant_kernel(kernel);
   detail::require_finite_span(x, "x");
   detail::ggml_product(w, MatrixView<const float>(x.data(), 1, w.cols()), MatrixView<float>(y.data(), 1, w.rows()),
-                       detail::matvec_threads(num_threads, w.rows() * w.cols()));
+                       detail::matvec_threads(num_threads, w.rows() * w.cols()), path);
 }
 
 /// Y = X W^T: Y(t, n) = sum_k W(n, k) X(t, k) for the T rows of `x` (file comment). Throws
@@ -124,10 +163,10 @@ inline void ggml_matmul(const GgmlWeights& w, MatrixView<const float> x, MatrixV
   require(x.cols() == w.cols(), "x.cols()", x.cols(), "must equal w.cols() (" + std::to_string(w.cols()) + ")");
   require(y.rows() == x.rows(), "y.rows()", y.rows(), "must equal x.rows() (" + std::to_string(x.rows()) + ")");
   require(y.cols() == w.rows(), "y.cols()", y.cols(), "must equal w.rows() (" + std::to_string(w.rows()) + ")");
-  (void)resolve_quant_kernel(kernel);
+  const QuantKernel path = resolve_quant_kernel(kernel);
   detail::require_finite_rows(x, "x");
   if (x.rows() == 0) return;
-  detail::ggml_product(w, x, y, detail::matvec_threads(num_threads, w.rows() * w.cols() * x.rows()));
+  detail::ggml_product(w, x, y, detail::matvec_threads(num_threads, w.rows() * w.cols() * x.rows()), path);
 }
 
 }  // namespace inferkit

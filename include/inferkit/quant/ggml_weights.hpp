@@ -94,12 +94,12 @@ class GgmlWeights {
   }
   ~GgmlWeights() = default;
 
-  GgmlType type() const { return type_; }                   ///< the ggml element type
-  Index rows() const { return rows_; }                      ///< output features (ggml's ne[1])
-  Index cols() const { return cols_; }                      ///< input features (ggml's ne[0])
-  std::size_t row_bytes() const { return row_bytes_; }      ///< bytes per row (whole blocks)
-  const std::string& name() const { return name_; }         ///< the tensor name errors cite
-  bool owns_data() const { return !owned_.empty(); }        ///< true for owning(), false for view()
+  GgmlType type() const { return type_; }               ///< the ggml element type
+  Index rows() const { return rows_; }                  ///< output features (ggml's ne[1])
+  Index cols() const { return cols_; }                  ///< input features (ggml's ne[0])
+  std::size_t row_bytes() const { return row_bytes_; }  ///< bytes per row (whole blocks)
+  const std::string& name() const { return name_; }     ///< the tensor name errors cite
+  bool owns_data() const { return !owned_.empty(); }    ///< true for owning(), false for view()
   const std::byte* row(Index r) const { return data_ + static_cast<std::size_t>(r) * row_bytes_; }  ///< row r's bytes
   /// Every byte, rows back to back.
   std::span<const std::byte> bytes() const { return {data_, static_cast<std::size_t>(rows_) * row_bytes_}; }
@@ -144,11 +144,12 @@ class GgmlWeights {
           std::memcpy(tmp.data(), p, row_bytes_);
           f = tmp.data();
         }
-        if (detail::all_finite(f, cols_)) continue;
-        for (Index c = 0; c < cols_; ++c)
-          if (!std::isfinite(f[c]))
-            throw_invalid_argument(tensor + " element (" + std::to_string(r) + ", " + std::to_string(c) + ")", f[c],
-                                   "must be finite");
+        if (!detail::all_finite(f, cols_))
+          for (Index c = 0; c < cols_; ++c)
+            if (!std::isfinite(f[c]))
+              throw_invalid_argument(tensor + " element (" + std::to_string(r) + ", " + std::to_string(c) + ")", f[c],
+                                     "must be finite");
+        continue;
       }
       for (Index b = 0; b < blocks; ++b) {
         const std::byte* blk = p + static_cast<std::size_t>(b) * codec->block_bytes;
