@@ -95,9 +95,9 @@ inline float ggml_half(const std::uint8_t* p) {
 }
 
 /// A block's factors in the common pattern (file comment): w_e = (d * sc[e/16]) * (u_e - o) - dm * mn[e/16].
-struct GgmlParts {
-  float d = 0, dm = 0;
-  std::int16_t sc[16] = {}, mn[16] = {};
+struct alignas(32) GgmlParts {
+  std::int16_t sc[16] = {}, mn[16] = {};  ///< per 16-weight group (vector-loadable)
+  float d = 0, dm = 0;                    ///< the block's factors
 };
 
 /// Q4_K / Q5_K's 6-bit scale and minimum of 32-weight group c (file comment).
@@ -118,6 +118,7 @@ struct GgmlLayout;
 template <>
 struct GgmlLayout<GgmlType::kQ8_0> {
   static constexpr GgmlType kType = GgmlType::kQ8_0;
+  static constexpr bool kMins = false;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 32, kBytes = 34, kOffset = 0;
   static constexpr bool kSigned = true;  // u_e is the signed byte qs[e]
   static void parts(const std::uint8_t* b, GgmlParts& p) {
@@ -130,6 +131,7 @@ struct GgmlLayout<GgmlType::kQ8_0> {
 template <>
 struct GgmlLayout<GgmlType::kQ4_0> {
   static constexpr GgmlType kType = GgmlType::kQ4_0;
+  static constexpr bool kMins = false;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 32, kBytes = 18, kOffset = 8;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) {
@@ -142,6 +144,7 @@ struct GgmlLayout<GgmlType::kQ4_0> {
 template <>
 struct GgmlLayout<GgmlType::kQ4_1> {
   static constexpr GgmlType kType = GgmlType::kQ4_1;
+  static constexpr bool kMins = true;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 32, kBytes = 20, kOffset = 0;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) {
@@ -158,6 +161,7 @@ inline int ggml_q5_high_bit(const std::uint8_t* qh, int e) { return (qh[e / 8] >
 template <>
 struct GgmlLayout<GgmlType::kQ5_0> {
   static constexpr GgmlType kType = GgmlType::kQ5_0;
+  static constexpr bool kMins = false;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 32, kBytes = 22, kOffset = 16;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) {
@@ -173,6 +177,7 @@ struct GgmlLayout<GgmlType::kQ5_0> {
 template <>
 struct GgmlLayout<GgmlType::kQ5_1> {
   static constexpr GgmlType kType = GgmlType::kQ5_1;
+  static constexpr bool kMins = true;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 32, kBytes = 24, kOffset = 0;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) {
@@ -189,6 +194,7 @@ struct GgmlLayout<GgmlType::kQ5_1> {
 template <>
 struct GgmlLayout<GgmlType::kQ2_K> {
   static constexpr GgmlType kType = GgmlType::kQ2_K;
+  static constexpr bool kMins = true;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 256, kBytes = 84, kOffset = 0;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) {
@@ -207,6 +213,7 @@ struct GgmlLayout<GgmlType::kQ2_K> {
 template <>
 struct GgmlLayout<GgmlType::kQ3_K> {
   static constexpr GgmlType kType = GgmlType::kQ3_K;
+  static constexpr bool kMins = false;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 256, kBytes = 110, kOffset = 4;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) {
@@ -227,6 +234,7 @@ struct GgmlLayout<GgmlType::kQ3_K> {
 template <>
 struct GgmlLayout<GgmlType::kQ4_K> {
   static constexpr GgmlType kType = GgmlType::kQ4_K;
+  static constexpr bool kMins = true;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 256, kBytes = 144, kOffset = 0;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) {
@@ -248,6 +256,7 @@ struct GgmlLayout<GgmlType::kQ4_K> {
 template <>
 struct GgmlLayout<GgmlType::kQ5_K> {
   static constexpr GgmlType kType = GgmlType::kQ5_K;
+  static constexpr bool kMins = true;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 256, kBytes = 176, kOffset = 0;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) { GgmlLayout<GgmlType::kQ4_K>::parts(b, p); }
@@ -260,6 +269,7 @@ struct GgmlLayout<GgmlType::kQ5_K> {
 template <>
 struct GgmlLayout<GgmlType::kQ6_K> {
   static constexpr GgmlType kType = GgmlType::kQ6_K;
+  static constexpr bool kMins = false;  // whether blocks have a minimum term dm * mn_j
   static constexpr int kBlock = 256, kBytes = 210, kOffset = 32;
   static constexpr bool kSigned = false;
   static void parts(const std::uint8_t* b, GgmlParts& p) {

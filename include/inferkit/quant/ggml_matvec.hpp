@@ -106,6 +106,16 @@ inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const 
     };
     parallel_items_with(threads, items, make, [&](GgmlUnpackedRow& r, Index i) {
       const Index n0 = i * kGgmlRowsPerItem, n1 = std::min(N, n0 + kGgmlRowsPerItem);
+      if (T == 1) {  // decode: each block unpacked in registers and used once
+        for (Index n = n0; n < n1; ++n) {
+          const auto* row = reinterpret_cast<const std::uint8_t*>(w.row(n));
+          if constexpr (std::is_same_v<decltype(path), ScalarPath>)
+            y(0, n) = ggml_int8_row_scalar<L>(row, K, q8, r);
+          else
+            y(0, n) = ggml_int8_row<L>(path, row, K, q8);
+        }
+        return;
+      }
       for (Index t0 = 0; t0 < T; t0 += kGgmlTokenTile) {
         const Index t1 = std::min(T, t0 + kGgmlTokenTile);
         for (Index n = n0; n < n1; ++n) {
