@@ -36,7 +36,9 @@ struct Weight {
 /// with codes of at most 14 bits are exact in float, and the final subtraction rounds once).
 inline std::vector<Weight> decode(GgmlType t, const std::uint8_t* x) {
   std::vector<Weight> y;
-  const auto put = [&](double dl, int q, double ml, double off) { y.push_back({dl * q - ml, std::abs(off) + std::abs(ml)}); };
+  const auto put = [&](double dl, int q, double ml, double off) {
+    y.push_back({dl * q - ml, std::abs(off) + std::abs(ml)});
+  };
   switch (t) {
     case GgmlType::kQ8_0: {
       const double d = half(x);

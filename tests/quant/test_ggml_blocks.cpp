@@ -37,7 +37,8 @@ TEST_CASE("ggml_dequantize_row: every block type bit-exact against an independen
           REQUIRE(static_cast<Index>(ref.size()) == bs);
           for (Index e = 0; e < bs; ++e) {
             INFO("row " << r << " block " << b << " weight " << e);
-            REQUIRE(out[static_cast<std::size_t>(b * bs + e)] == static_cast<float>(ref[static_cast<std::size_t>(e)].w));
+            REQUIRE(out[static_cast<std::size_t>(b * bs + e)] ==
+                    static_cast<float>(ref[static_cast<std::size_t>(e)].w));
           }
         }
       }

@@ -74,13 +74,14 @@ TEST_CASE("ggml_matvec / ggml_matmul, block types: fp64 reference on every path"
       const Decoded d = decode_all(t, v, rows, cols);
       const Index T = 6;
       quant_test::Mat x = quant_test::normal(T, cols, 5, 1.0f);
-      for (Index k = 0; k < cols; k += 13) x(1, k) *= 30.0f;  // outliers widen dx_b
+      for (Index k = 0; k < cols; k += 13) x(1, k) *= 30.0f;            // outliers widen dx_b
       std::fill(x.v.begin() + 2 * cols, x.v.begin() + 3 * cols, 0.0f);  // an all-zero row
       for (QuantKernel k : paths()) {
         INFO(inferkit::ggml_type_name(t) << " " << rows << " x " << cols << " on " << inferkit::quant_kernel_name(k));
         std::vector<float> y1(static_cast<std::size_t>(rows));
         inferkit::ggml_matvec(w, std::span(x.row(0), static_cast<std::size_t>(cols)), y1, 1, k);
-        for (Index n = 0; n < rows; ++n) check_row(d, n, x.row(0), y1[static_cast<std::size_t>(n)], activation_block(t));
+        for (Index n = 0; n < rows; ++n)
+          check_row(d, n, x.row(0), y1[static_cast<std::size_t>(n)], activation_block(t));
         quant_test::Mat y(T, rows, -1.0f), y2(T, rows, -2.0f);
         inferkit::ggml_matmul(w, x.view(), y.mut(), 1, k);
         inferkit::ggml_matmul(w, x.view(), y2.mut(), 3, k);
