@@ -67,8 +67,8 @@ struct TreeCase {
 
 TEST_CASE("tree attention in batch-invariant mode equals decoding each path token by token, bitwise",
           "[attention][tree_attention]") {
-  for (const auto& [prefix, nodes, seed] : std::vector<std::tuple<Index, Index, std::uint32_t>>{
-           {0, 5, 1}, {37, 12, 2}, {300, 31, 3}, {1100, 63, 4}}) {
+  for (const auto& [prefix, nodes, seed] :
+       std::vector<std::tuple<Index, Index, std::uint32_t>>{{0, 5, 1}, {37, 12, 2}, {300, 31, 3}, {1100, 63, 4}}) {
     for (int variant = 0; variant < 3; ++variant) {
       inferkit::AttentionOptions opt{.batch_invariant = true};
       if (variant == 1) {
@@ -86,14 +86,15 @@ TEST_CASE("tree attention in batch-invariant mode equals decoding each path toke
         // Decoding: a cache holding the prefix and the path, the row as its last query.
         const auto gk = c.gathered(c.k, u), gv = c.gathered(c.v, u);
         const Index n = static_cast<Index>(gk.size()) / (s.hkv * s.d);
-        inferkit::DenseKvCache<inferkit::BFloat16> seq({.layers = 1, .kv_heads = s.hkv, .head_dim = s.d, .capacity = n});
+        inferkit::DenseKvCache<inferkit::BFloat16> seq(
+            {.layers = 1, .kv_heads = s.hkv, .head_dim = s.d, .capacity = n});
         seq.append(0, {gk.data(), n, s.hkv, s.d}, {gv.data(), n, s.hkv, s.d});
         std::vector<float> ro(static_cast<std::size_t>(s.hq * s.d)), rl(static_cast<std::size_t>(s.hq));
         const std::vector<inferkit::DenseKv<inferkit::BFloat16>> src{seq.source(0)};
         const std::vector<Index> cu{0, 1};
-        inferkit::attention_batch(
-            inferkit::Tensor3View<const float>(c.q.data() + u * s.hq * s.d, 1, s.hq, s.d), cu, src,
-            inferkit::Tensor3View<float>(ro.data(), 1, s.hq, s.d), inferkit::MatrixView<float>(rl.data(), 1, s.hq), opt);
+        inferkit::attention_batch(inferkit::Tensor3View<const float>(c.q.data() + u * s.hq * s.d, 1, s.hq, s.d), cu,
+                                  src, inferkit::Tensor3View<float>(ro.data(), 1, s.hq, s.d),
+                                  inferkit::MatrixView<float>(rl.data(), 1, s.hq), opt);
         INFO("prefix " << prefix << " nodes " << nodes << " variant " << variant << " row " << u);
         CHECK(std::memcmp(ro.data(), out.data() + u * s.hq * s.d, ro.size() * sizeof(float)) == 0);
         CHECK(std::memcmp(rl.data(), lse.data() + u * s.hq, rl.size() * sizeof(float)) == 0);
@@ -104,8 +105,8 @@ TEST_CASE("tree attention in batch-invariant mode equals decoding each path toke
 
 TEST_CASE("tree attention (prefix once, paths merged by LSE) matches the fp64 reference per row",
           "[attention][tree_attention]") {
-  for (const auto& [prefix, nodes, seed] : std::vector<std::tuple<Index, Index, std::uint32_t>>{
-           {0, 7, 11}, {64, 20, 12}, {700, 63, 13}}) {
+  for (const auto& [prefix, nodes, seed] :
+       std::vector<std::tuple<Index, Index, std::uint32_t>>{{0, 7, 11}, {64, 20, 12}, {700, 63, 13}}) {
     for (int variant = 0; variant < 3; ++variant) {
       inferkit::AttentionOptions opt{};
       if (variant == 1) {
@@ -124,10 +125,10 @@ TEST_CASE("tree attention (prefix once, paths merged by LSE) matches the fp64 re
         const Index n = static_cast<Index>(gk.size()) / (s.hkv * s.d);
         std::vector<float> ro(static_cast<std::size_t>(s.hq * s.d)), rl(static_cast<std::size_t>(s.hq));
         // The reference with the row bottom-right aligned: position n - 1 = prefix + depth.
-        inferkit::attention_reference(
-            inferkit::Tensor3View<const float>(c.q.data() + u * s.hq * s.d, 1, s.hq, s.d),
-            inferkit::DenseKv<float>({gk.data(), n, s.hkv, s.d}, {gv.data(), n, s.hkv, s.d}),
-            inferkit::Tensor3View<float>(ro.data(), 1, s.hq, s.d), inferkit::MatrixView<float>(rl.data(), 1, s.hq), opt);
+        inferkit::attention_reference(inferkit::Tensor3View<const float>(c.q.data() + u * s.hq * s.d, 1, s.hq, s.d),
+                                      inferkit::DenseKv<float>({gk.data(), n, s.hkv, s.d}, {gv.data(), n, s.hkv, s.d}),
+                                      inferkit::Tensor3View<float>(ro.data(), 1, s.hq, s.d),
+                                      inferkit::MatrixView<float>(rl.data(), 1, s.hq), opt);
         INFO("prefix " << prefix << " nodes " << nodes << " variant " << variant << " row " << u);
         const std::vector<float> go(out.begin() + u * s.hq * s.d, out.begin() + (u + 1) * s.hq * s.d);
         const std::vector<float> gl(lse.begin() + u * s.hq, lse.begin() + (u + 1) * s.hq);

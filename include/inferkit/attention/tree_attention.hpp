@@ -42,8 +42,8 @@ namespace inferkit {
 /// A row store read from token `offset` of another (token i here = token offset + i there).
 template <class Rows>
 struct OffsetRows {
-  Rows rows;          ///< the underlying row store
-  Index offset = 0;   ///< first token of the underlying store seen here
+  Rows rows;         ///< the underlying row store
+  Index offset = 0;  ///< first token of the underlying store seen here
 
   /// Float rows [first, first + count) of this view (see kv_block.hpp).
   RowsF32 load_f32(Index first, Index count, Index dim, float* scratch, Index scratch_stride,
@@ -93,8 +93,8 @@ class TreeRowKv {
       : base_(&base), prefix_(with_prefix ? prefix : 0), slots_(slots.begin(), slots.end()), first_position_(prefix) {
     require(prefix >= 0 && prefix <= base.num_tokens(), "prefix", prefix,
             "must be in [0, base.num_tokens() = " + std::to_string(base.num_tokens()) + "]");
-    require(prefix + static_cast<Index>(slots.size()) <= std::int64_t{std::numeric_limits<std::int32_t>::max()}, "prefix", prefix,
-            "plus the path length must fit int32 positions");
+    require(prefix + static_cast<Index>(slots.size()) <= std::int64_t{std::numeric_limits<std::int32_t>::max()},
+            "prefix", prefix, "plus the path length must fit int32 positions");
     Index start = 0;
     for (Index b = 0; b < base.num_blocks(); ++b) {
       starts_.push_back(start);
@@ -102,17 +102,19 @@ class TreeRowKv {
     }
     for (std::size_t j = 0; j < slots_.size(); ++j)
       require(slots_[j] >= 0 && prefix + slots_[j] < base.num_tokens(), "slots[" + std::to_string(j) + "]", slots_[j],
-              "must be a tree position whose row the base holds (prefix + slot < " +
-                  std::to_string(base.num_tokens()) + ")");
+              "must be a tree position whose row the base holds (prefix + slot < " + std::to_string(base.num_tokens()) +
+                  ")");
     prefix_blocks_ = 0;
     while (prefix_blocks_ < base.num_blocks() && starts_[static_cast<std::size_t>(prefix_blocks_)] < prefix_)
       ++prefix_blocks_;
   }
 
-  Index num_kv_heads() const { return base_->num_kv_heads(); }                            ///< KV heads of the base
-  Index head_dim() const { return base_->head_dim(); }                                    ///< head dimension of the base
-  Index num_tokens() const { return prefix_ + static_cast<Index>(slots_.size()); }        ///< prefix + path tokens
-  Index num_blocks() const { return prefix_blocks_ + static_cast<Index>(slots_.size()); }  ///< prefix blocks + one per slot
+  Index num_kv_heads() const { return base_->num_kv_heads(); }                      ///< KV heads of the base
+  Index head_dim() const { return base_->head_dim(); }                              ///< head dimension of the base
+  Index num_tokens() const { return prefix_ + static_cast<Index>(slots_.size()); }  ///< prefix + path tokens
+  Index num_blocks() const {
+    return prefix_blocks_ + static_cast<Index>(slots_.size());
+  }  ///< prefix blocks + one per slot
 
   /// Block b of KV head `head`: a prefix block (clipped at the prefix) or one path token.
   Block block(Index head, Index b) const {
@@ -134,10 +136,10 @@ class TreeRowKv {
 
  private:
   const S* base_;
-  Index prefix_;                // prefix tokens shown (0 without the prefix)
-  std::vector<Index> slots_;    // tree positions of the path
-  Index first_position_;        // the prefix length: position of the root, and where the tree's slots start
-  std::vector<Index> starts_;   // first token of each base block
+  Index prefix_;               // prefix tokens shown (0 without the prefix)
+  std::vector<Index> slots_;   // tree positions of the path
+  Index first_position_;       // the prefix length: position of the root, and where the tree's slots start
+  std::vector<Index> starts_;  // first token of each base block
   Index prefix_blocks_ = 0;
 };
 
