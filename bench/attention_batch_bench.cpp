@@ -9,6 +9,10 @@
 //   attention_batch/{inferkit,naive}/decode64_...: 64 decode sequences alone (contexts as above).
 //   attention_invariant/{default,invariant}/{prefill_T2048,decode_Tk<N>}_Hq32_Hkv8_D128: the
 //       cost of the batch-invariant mode on plain shapes (dense f32 K/V, causal), counter us.
+//   attention_tree/{tree,chain}/rows32_prefix8192_Hq32_Hkv8_D128/invariant:{0,1}/threads:N:
+//       32 token-tree rows (a fixed random depth-first tree of 31 nodes + root, tree_attention)
+//       against 32 chain rows (one causal sequence, attention_batch) over an 8,192-token dense
+//       f32 prefix; invariant:1 is the batch-invariant mode (each tree row alone over its path).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -19,6 +23,7 @@
 
 #include "bench_util.hpp"
 #include "inferkit/attention/attention.hpp"
+#include "inferkit/attention/tree_attention.hpp"
 #include "inferkit/kv/block_pool.hpp"
 #include "inferkit/kv/block_table.hpp"
 
@@ -162,6 +167,65 @@ void BM_prefill_default(benchmark::State& state) { run_plain(state, 2048, false)
 void BM_prefill_invariant(benchmark::State& state) { run_plain(state, 2048, true); }
 void BM_decode_default(benchmark::State& state) { run_plain(state, 1, false); }
 void BM_decode_invariant(benchmark::State& state) { run_plain(state, 1, true); }
+
+/// An 8,192-token prefix followed by 32 rows (tree rows or chain rows: the same K/V).
+struct TreeBench {
+  static constexpr Index kPrefix = 8192, kRows = 32;
+  std::vector<float> k, v, q, out;
+  std::vector<Index> parents;
+  TreeBench() {
+    const Index total = kPrefix + kRows;
+    k = ib::normal_floats(static_cast<std::size_t>(total * kHkv * kD), 1.0f, 21);
+    v = ib::normal_floats(k.size(), 1.0f, 22);
+    q = ib::normal_floats(static_cast<std::size_t>(kRows * kHq * kD), 1.0f, 23);
+    out.resize(q.size());
+    std::mt19937 gen(5);
+    std::vector<Index> path;
+    for (Index i = 0; i + 1 < kRows; ++i) {  // a random depth-first tree
+      path.resize(gen() % (path.size() + 1));
+      parents.push_back(path.empty() ? -1 : path.back());
+      path.push_back(i);
+    }
+  }
+  inferkit::DenseKv<float> source() const {
+    const Index total = kPrefix + kRows;
+    return inferkit::DenseKv<float>({k.data(), total, kHkv, kD}, {v.data(), total, kHkv, kD});
+  }
+};
+
+template <bool kTree>
+void BM_tree_rows(benchmark::State& state) {
+  static const TreeBench b;
+  std::vector<float> out(b.out.size());
+  const inferkit::AttentionOptions opt{.num_threads = static_cast<int>(state.range(1)),
+                                       .batch_invariant = state.range(0) == 1};
+  const inferkit::Tensor3View<const float> q(b.q.data(), TreeBench::kRows, kHq, kD);
+  const inferkit::Tensor3View<float> o(out.data(), TreeBench::kRows, kHq, kD);
+  const std::vector<inferkit::DenseKv<float>> src{b.source()};
+  const std::vector<std::int32_t> cu{0, static_cast<std::int32_t>(TreeBench::kRows)};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    if constexpr (kTree)
+      inferkit::tree_attention(q, src[0], TreeBench::kPrefix, b.parents, o, opt);
+    else
+      inferkit::attention_batch(q, cu, src, o, opt);
+    benchmark::ClobberMemory();
+  }
+  ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+BENCHMARK(BM_tree_rows<true>)
+    ->Name("attention_tree/tree/rows32_prefix8192_Hq32_Hkv8_D128")
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"invariant", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_tree_rows<false>)
+    ->Name("attention_tree/chain/rows32_prefix8192_Hq32_Hkv8_D128")
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"invariant", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_batch_inferkit)
     ->Name("attention_batch/inferkit/chunk2000+decode63_Hq32_Hkv8_D128_page16")

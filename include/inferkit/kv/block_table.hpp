@@ -106,6 +106,8 @@ class BlockTable {
 
   /// Tokens committed.
   Index num_tokens() const { return tokens_; }
+  /// The pool the table's blocks come from.
+  const BlockPool<T>& pool() const { return *pool_; }
   /// Bytes of the float key tail a quantized pool with per-channel keys keeps per table (0
   /// otherwise): kPagedKeyHistory (in whole groups) + page_size rows per layer and KV head,
   /// outside the pool.
