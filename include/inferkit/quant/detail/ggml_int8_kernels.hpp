@@ -292,15 +292,15 @@ template <class L, bool kVnni>
 }
 
 /// Adds block b's terms for one activation row (file comment): main += dx d acc (8 lanes),
-/// mins += the offset and minimum sums.
+/// mins += the offset and minimum sums (8 lanes for the K-quants; the legacy blocks' single
+/// sum goes to the scalar `mins1`).
 template <class L>
 [[gnu::always_inline]] inline void ggml_block_terms(const GgmlParts& p, __m256i acc, float dx, const std::int16_t* s,
-                                                    __m256& main, __m256& mins) {
+                                                    __m256& main, __m256& mins, float& mins1) {
   main = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dx * p.d), main);
   if constexpr (L::kBlock == 32) {
-    const float S = static_cast<float>(s[0] + s[1]);
-    const float f = dx * (p.d * static_cast<float>(L::kOffset) + (L::kMins ? p.dm : 0.0f));
-    if constexpr (L::kOffset != 0 || L::kMins) mins = _mm256_add_ps(mins, _mm256_set_ps(0, 0, 0, 0, 0, 0, 0, f * S));
+    if constexpr (L::kOffset != 0 || L::kMins)
+      mins1 += dx * (p.d * static_cast<float>(L::kOffset) + (L::kMins ? p.dm : 0.0f)) * static_cast<float>(s[0] + s[1]);
   } else {
     const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     if constexpr (L::kOffset != 0)
@@ -345,7 +345,11 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
                                 Index y_stride) {
   constexpr int kChunks = L::kBlock / 32;
   __m256 main[C], mins[C];
-  for (int t = 0; t < C; ++t) main[t] = mins[t] = _mm256_setzero_ps();
+  float mins1[C];
+  for (int t = 0; t < C; ++t) {
+    main[t] = mins[t] = _mm256_setzero_ps();
+    mins1[t] = 0.0f;
+  }
   for (Index b = 0; b < cols / L::kBlock; ++b) {
     __m256i acc[C];
     for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_si256();
@@ -361,9 +365,10 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
     }
     const GgmlParts& p = r.parts[static_cast<std::size_t>(b)];
     for (int t = 0; t < C; ++t)
-      ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t]);
+      ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t],
+                          mins1[t]);
   }
-  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - ggml_hsum(mins[t]);
+  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - (ggml_hsum(mins[t]) + mins1[t]);
 }
 
 /// One row's product with one activation row, unpacking each block in registers (decode).
@@ -374,21 +379,25 @@ inline float ggml_int8_row_fused(const std::uint8_t* p, Index cols, const GgmlQ8
   const float* dx = x.d_row(0);
   const std::int16_t* s = x.s_row(0);
   __m256 main = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+  float mins1 = 0.0f;
   GgmlParts parts;
   for (Index b = 0; b < cols / L::kBlock; ++b) {
     const std::uint8_t* blk = p + b * L::kBytes;
     ggml_parts_simd<L>(blk, parts);
-    __m256i acc = _mm256_setzero_si256();
+    // Two integer accumulators (even and odd chunks) halve the multiply-add dependency chain;
+    // integer sums are exact, so the split does not change a bit.
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
       const __m256i codes = ggml_chunk<L>(blk, c);
       const __m256i u = L::kSigned ? _mm256_abs_epi8(codes) : codes;
       const __m256i sv = L::kBlock == 32 ? codes : ggml_chunk_scales<L>(parts, c);
-      acc = ggml_mac<L, kVnni>(acc, u, codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k)), sv);
+      acc[c % 2] =
+          ggml_mac<L, kVnni>(acc[c % 2], u, codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k)), sv);
     }
-    ggml_block_terms<L>(parts, acc, dx[b], s + b * (L::kBlock / 16), main, mins);
+    ggml_block_terms<L>(parts, _mm256_add_epi32(acc[0], acc[1]), dx[b], s + b * (L::kBlock / 16), main, mins, mins1);
   }
-  return ggml_hsum(main) - ggml_hsum(mins);
+  return ggml_hsum(main) - (ggml_hsum(mins) + mins1);
 }
 #endif
 
