@@ -10,7 +10,8 @@
 // which is sum_k w_k dx q_k with exact integer sums and float rounding of the outer sums only.
 // AVX2 multiplies u (unsigned) by q with vpmaddubsw, then by the group scales with vpmaddwd;
 // the VNNI path fuses the second step (vpdpwssd), or for the one-scale legacy blocks does both
-// in vpdpbusd. Q8_0's signed codes take |u| and sign(q, u) first. Codes are unpacked with AVX2
+// in vpdpbusd. Signed codes (Q8_0; Q4_0 / Q5_0 re-centred to u - o, which drops their offset
+// term) take |u| and sign(q, u) first. Codes are unpacked with AVX2
 // instructions on both SIMD paths, 32 per vector (the unit every layout is organized in).
 //
 // Decode (one activation row) unpacks each block in registers and uses it once; prefill
@@ -198,6 +199,23 @@ inline __m256i ggml_chunk(const std::uint8_t* b, int c) {
   }
 }
 
+/// Q4_0 / Q5_0 on the SIMD paths: codes re-centred to u - o (signed, as Q8_0's), so the block
+/// needs no offset term (one sign step per 32 weights instead of a second sum; exact either way).
+template <class L>
+inline constexpr bool kGgmlRecentre = L::kBlock == 32 && !L::kMins && L::kOffset != 0;
+/// Whether the SIMD paths multiply signed codes (|u| and sign(q, u), Q8_0 and re-centred blocks).
+template <class L>
+inline constexpr bool kGgmlSignedSimd = L::kSigned || kGgmlRecentre<L>;
+
+/// The codes the SIMD paths multiply: ggml_chunk, re-centred where kGgmlRecentre.
+template <class L>
+[[gnu::always_inline]] inline __m256i ggml_simd_codes(const std::uint8_t* b, int c) {
+  if constexpr (kGgmlRecentre<L>)
+    return _mm256_sub_epi8(ggml_chunk<L>(b, c), _mm256_set1_epi8(static_cast<char>(L::kOffset)));
+  else
+    return ggml_chunk<L>(b, c);
+}
+
 /// Q4_K / Q5_K's eight 6-bit scales (low 8 bytes of sc) and minimums (of mn) from their 12
 /// bytes: ggml_k4_scale_min for all eight at once, in 32-bit words. The words go to registers
 /// directly (a byte array stored in pieces and reloaded whole would stall store forwarding).
@@ -276,7 +294,7 @@ template <class L>
 /// `sv` (ignored for the one-scale legacy blocks).
 template <class L, bool kVnni>
 [[gnu::always_inline]] inline __m256i ggml_mac(__m256i acc, __m256i u, __m256i codes, __m256i q, __m256i sv) {
-  if constexpr (L::kSigned) q = _mm256_sign_epi8(q, codes);  // u holds |codes|
+  if constexpr (kGgmlSignedSimd<L>) q = _mm256_sign_epi8(q, codes);  // u holds |codes|
 #if defined(INFERKIT_QUANT_AVX512VNNI)
   if constexpr (kVnni) {
     if constexpr (L::kBlock == 32)
@@ -299,8 +317,8 @@ template <class L>
                                                     __m256& main, __m256& mins, float& mins1) {
   main = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dx * p.d), main);
   if constexpr (L::kBlock == 32) {
-    if constexpr (L::kOffset != 0 || L::kMins)
-      mins1 += dx * (p.d * static_cast<float>(L::kOffset) + (L::kMins ? p.dm : 0.0f)) * static_cast<float>(s[0] + s[1]);
+    if constexpr (L::kMins)  // Q4_1 / Q5_1 (offset 0); Q4_0 / Q5_0 are re-centred (kGgmlRecentre)
+      mins1 += dx * p.dm * static_cast<float>(s[0] + s[1]);
   } else {
     const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     if constexpr (L::kOffset != 0)
@@ -331,8 +349,7 @@ requires(!std::is_same_v<Path, ScalarPath>) inline void ggml_unpack_row(L, Path,
     ggml_parts_simd<L>(blk, parts);
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
-      __m256i u = ggml_chunk<L>(blk, c);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), u);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), ggml_simd_codes<L>(blk, c));
       if constexpr (L::kBlock != 32)
         _mm256_store_si256(reinterpret_cast<__m256i*>(r.s.data() + k / 2), ggml_chunk_scales<L>(parts, c));
     }
@@ -356,7 +373,7 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
       const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(r.u.data() + k));
-      const __m256i u = L::kSigned ? _mm256_abs_epi8(codes) : codes;
+      const __m256i u = kGgmlSignedSimd<L> ? _mm256_abs_epi8(codes) : codes;
       const __m256i sv =
           L::kBlock == 32 ? codes : _mm256_load_si256(reinterpret_cast<const __m256i*>(r.s.data() + k / 2));
       for (int t = 0; t < C; ++t)
@@ -389,8 +406,8 @@ inline float ggml_int8_row_fused(const std::uint8_t* p, Index cols, const GgmlQ8
     __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
-      const __m256i codes = ggml_chunk<L>(blk, c);
-      const __m256i u = L::kSigned ? _mm256_abs_epi8(codes) : codes;
+      const __m256i codes = ggml_simd_codes<L>(blk, c);
+      const __m256i u = kGgmlSignedSimd<L> ? _mm256_abs_epi8(codes) : codes;
       const __m256i sv = L::kBlock == 32 ? codes : ggml_chunk_scales<L>(parts, c);
       acc[c % 2] =
           ggml_mac<L, kVnni>(acc[c % 2], u, codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k)), sv);
