@@ -10,7 +10,8 @@
 // which is sum_k w_k dx q_k with exact integer sums and float rounding of the outer sums only.
 // AVX2 multiplies u (unsigned) by q with vpmaddubsw, then by the group scales with vpmaddwd;
 // the VNNI path fuses the second step (vpdpwssd), or for the one-scale legacy blocks does both
-// in vpdpbusd. Q8_0's signed codes take |u| and sign(q, u) first. Codes are unpacked with AVX2
+// in vpdpbusd. Signed codes (Q8_0; Q4_0 / Q5_0 re-centred to u - o, which drops their offset
+// term) take |u| and sign(q, u) first. Codes are unpacked with AVX2
 // instructions on both SIMD paths, 32 per vector (the unit every layout is organized in).
 //
 // Decode (one activation row) unpacks each block in registers and uses it once; prefill
@@ -198,6 +199,23 @@ inline __m256i ggml_chunk(const std::uint8_t* b, int c) {
   }
 }
 
+/// Q4_0 / Q5_0 on the SIMD paths: codes re-centred to u - o (signed, as Q8_0's), so the block
+/// needs no offset term (one sign step per 32 weights instead of a second sum; exact either way).
+template <class L>
+inline constexpr bool kGgmlRecentre = L::kBlock == 32 && !L::kMins && L::kOffset != 0;
+/// Whether the SIMD paths multiply signed codes (|u| and sign(q, u), Q8_0 and re-centred blocks).
+template <class L>
+inline constexpr bool kGgmlSignedSimd = L::kSigned || kGgmlRecentre<L>;
+
+/// The codes the SIMD paths multiply: ggml_chunk, re-centred where kGgmlRecentre.
+template <class L>
+[[gnu::always_inline]] inline __m256i ggml_simd_codes(const std::uint8_t* b, int c) {
+  if constexpr (kGgmlRecentre<L>)
+    return _mm256_sub_epi8(ggml_chunk<L>(b, c), _mm256_set1_epi8(static_cast<char>(L::kOffset)));
+  else
+    return ggml_chunk<L>(b, c);
+}
+
 /// Q4_K / Q5_K's eight 6-bit scales (low 8 bytes of sc) and minimums (of mn) from their 12
 /// bytes: ggml_k4_scale_min for all eight at once, in 32-bit words. The words go to registers
 /// directly (a byte array stored in pieces and reloaded whole would stall store forwarding).
@@ -276,7 +294,7 @@ template <class L>
 /// `sv` (ignored for the one-scale legacy blocks).
 template <class L, bool kVnni>
 [[gnu::always_inline]] inline __m256i ggml_mac(__m256i acc, __m256i u, __m256i codes, __m256i q, __m256i sv) {
-  if constexpr (L::kSigned) q = _mm256_sign_epi8(q, codes);  // u holds |codes|
+  if constexpr (kGgmlSignedSimd<L>) q = _mm256_sign_epi8(q, codes);  // u holds |codes|
 #if defined(INFERKIT_QUANT_AVX512VNNI)
   if constexpr (kVnni) {
     if constexpr (L::kBlock == 32)
@@ -292,15 +310,15 @@ template <class L, bool kVnni>
 }
 
 /// Adds block b's terms for one activation row (file comment): main += dx d acc (8 lanes),
-/// mins += the offset and minimum sums.
+/// mins += the offset and minimum sums (8 lanes for the K-quants; the legacy blocks' single
+/// sum goes to the scalar `mins1`).
 template <class L>
 [[gnu::always_inline]] inline void ggml_block_terms(const GgmlParts& p, __m256i acc, float dx, const std::int16_t* s,
-                                                    __m256& main, __m256& mins) {
+                                                    __m256& main, __m256& mins, float& mins1) {
   main = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dx * p.d), main);
   if constexpr (L::kBlock == 32) {
-    const float S = static_cast<float>(s[0] + s[1]);
-    const float f = dx * (p.d * static_cast<float>(L::kOffset) + (L::kMins ? p.dm : 0.0f));
-    if constexpr (L::kOffset != 0 || L::kMins) mins = _mm256_add_ps(mins, _mm256_set_ps(0, 0, 0, 0, 0, 0, 0, f * S));
+    if constexpr (L::kMins)  // Q4_1 / Q5_1 (offset 0); Q4_0 / Q5_0 are re-centred (kGgmlRecentre)
+      mins1 += dx * p.dm * static_cast<float>(s[0] + s[1]);
   } else {
     const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     if constexpr (L::kOffset != 0)
@@ -331,8 +349,7 @@ requires(!std::is_same_v<Path, ScalarPath>) inline void ggml_unpack_row(L, Path,
     ggml_parts_simd<L>(blk, parts);
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
-      __m256i u = ggml_chunk<L>(blk, c);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), u);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), ggml_simd_codes<L>(blk, c));
       if constexpr (L::kBlock != 32)
         _mm256_store_si256(reinterpret_cast<__m256i*>(r.s.data() + k / 2), ggml_chunk_scales<L>(parts, c));
     }
@@ -345,14 +362,18 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
                                 Index y_stride) {
   constexpr int kChunks = L::kBlock / 32;
   __m256 main[C], mins[C];
-  for (int t = 0; t < C; ++t) main[t] = mins[t] = _mm256_setzero_ps();
+  float mins1[C];
+  for (int t = 0; t < C; ++t) {
+    main[t] = mins[t] = _mm256_setzero_ps();
+    mins1[t] = 0.0f;
+  }
   for (Index b = 0; b < cols / L::kBlock; ++b) {
     __m256i acc[C];
     for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_si256();
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
       const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(r.u.data() + k));
-      const __m256i u = L::kSigned ? _mm256_abs_epi8(codes) : codes;
+      const __m256i u = kGgmlSignedSimd<L> ? _mm256_abs_epi8(codes) : codes;
       const __m256i sv =
           L::kBlock == 32 ? codes : _mm256_load_si256(reinterpret_cast<const __m256i*>(r.s.data() + k / 2));
       for (int t = 0; t < C; ++t)
@@ -361,9 +382,10 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
     }
     const GgmlParts& p = r.parts[static_cast<std::size_t>(b)];
     for (int t = 0; t < C; ++t)
-      ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t]);
+      ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t],
+                          mins1[t]);
   }
-  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - ggml_hsum(mins[t]);
+  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - (ggml_hsum(mins[t]) + mins1[t]);
 }
 
 /// One row's product with one activation row, unpacking each block in registers (decode).
@@ -374,21 +396,25 @@ inline float ggml_int8_row_fused(const std::uint8_t* p, Index cols, const GgmlQ8
   const float* dx = x.d_row(0);
   const std::int16_t* s = x.s_row(0);
   __m256 main = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+  float mins1 = 0.0f;
   GgmlParts parts;
   for (Index b = 0; b < cols / L::kBlock; ++b) {
     const std::uint8_t* blk = p + b * L::kBytes;
     ggml_parts_simd<L>(blk, parts);
-    __m256i acc = _mm256_setzero_si256();
+    // Two integer accumulators (even and odd chunks) halve the multiply-add dependency chain;
+    // integer sums are exact, so the split does not change a bit.
+    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
-      const __m256i codes = ggml_chunk<L>(blk, c);
-      const __m256i u = L::kSigned ? _mm256_abs_epi8(codes) : codes;
+      const __m256i codes = ggml_simd_codes<L>(blk, c);
+      const __m256i u = kGgmlSignedSimd<L> ? _mm256_abs_epi8(codes) : codes;
       const __m256i sv = L::kBlock == 32 ? codes : ggml_chunk_scales<L>(parts, c);
-      acc = ggml_mac<L, kVnni>(acc, u, codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k)), sv);
+      acc[c % 2] =
+          ggml_mac<L, kVnni>(acc[c % 2], u, codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k)), sv);
     }
-    ggml_block_terms<L>(parts, acc, dx[b], s + b * (L::kBlock / 16), main, mins);
+    ggml_block_terms<L>(parts, _mm256_add_epi32(acc[0], acc[1]), dx[b], s + b * (L::kBlock / 16), main, mins, mins1);
   }
-  return ggml_hsum(main) - ggml_hsum(mins);
+  return ggml_hsum(main) - (ggml_hsum(mins) + mins1);
 }
 #endif
 
