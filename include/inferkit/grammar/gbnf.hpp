@@ -267,7 +267,10 @@ class GbnfParser {
   }
 
   static int hex_value(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
   }
 
   // One character of a literal or class: an escape or a UTF-8 encoded code point.
@@ -324,16 +327,57 @@ class GbnfParser {
   std::size_t pos_ = 0;
   GrammarBuilder builder_;
   std::vector<std::pair<std::uint32_t, std::size_t>> references_;  // (rule, where) for undefined-rule errors
-
 };
 
 }  // namespace detail
 
+/// `bytes` as a GBNF literal ("...", with \" \\ and \xHH for bytes below 0x20 and 0x7F; other
+/// bytes as they are): how the converters (JSON Schema, regex, choice lists) write literal text.
+/// Bytes must be well-formed UTF-8 for the result to parse.
+inline std::string gbnf_quote(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out = "\"";
+  for (const char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7F) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+/// A GBNF character class ([...], every bound as \UXXXXXXXX) for `c`; "" for the empty class
+/// (GBNF cannot write it: callers treat it as "matches nothing").
+inline std::string gbnf_class(const CharClass& c) {
+  if (c.empty()) return {};
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  auto esc = [&](char32_t cp, std::string& out) {
+    out += "\\U";
+    for (int s = 28; s >= 0; s -= 4) out += kHex[(cp >> s) & 15];
+  };
+  std::string out = "[";
+  for (const auto& r : c.ranges()) {
+    esc(r.lo, out);
+    if (r.hi != r.lo) {
+      out += '-';
+      esc(r.hi, out);
+    }
+  }
+  out += ']';
+  return out;
+}
+
 /// Parses GBNF `text` (file comment) into a Grammar whose start rule is `root`. Throws
 /// std::invalid_argument naming line and column for a syntax error, the first reference to an
 /// undefined rule (with its position), a missing root, and left recursion (naming the rule).
-inline Grammar parse_gbnf(std::string_view text) {
-  return Grammar(detail::GbnfParser(text).run(), "root");
-}
+inline Grammar parse_gbnf(std::string_view text) { return Grammar(detail::GbnfParser(text).run(), "root"); }
 
 }  // namespace inferkit
