@@ -9,6 +9,11 @@
 //     materialized per-head K [Tk, 16, 192] and V (128 values padded to the keys' 192: attention()
 //     takes one head_dim). Counters us and kv_bytes_per_token (latent: 1,152; materialized as
 //     stored: 12,288; unpadded it would be 10,240).
+//   mla_prefill/{inferkit,materialized}/V2Lite_Tk4096/threads:2/Tq   prefill chunks of Tq queries
+//     over 4096 + Tq cached tokens: absorbed mla_attention against attention() over K/V that
+//     are already materialized (their materialization is not counted).
+//   wide_group_decode/Tk8192_bf16/threads:1/rows/d/invariant   the decode kernel (0) against the
+//     lanes kernel (1) for one KV head with many query rows: where kLanesDecodeRows comes from.
 //   mla_decode/{inferkit,attention_core}/V3/Tk/threads   128 heads: the whole mla_attention step
 //     and its attention over the latent stream alone; counter GFLOPS counts 2 x H x Tk x
 //     (576 + 512) (scores and the weighted sum of c), against fma_peak/threads (a same-run loop
@@ -28,6 +33,7 @@
 #include "bench_util.hpp"
 #include "inferkit/attention/attention.hpp"
 #include "inferkit/attention/mla.hpp"
+#include "inferkit/core/convert.hpp"
 #include "inferkit/core/half.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/kv/latent_cache.hpp"
@@ -173,7 +179,9 @@ void BM_mla_attention_core_v3(benchmark::State& state) {
   const auto qa = ib::normal_floats(static_cast<std::size_t>(H * L), 1.0f, 31);
   std::vector<float> ctx(qa.size());
   const auto src = data.cache.source(0);
-  const inferkit::AttentionOptions opt{.scale = kV3.default_scale(), .num_threads = static_cast<int>(state.range(1))};
+  const inferkit::AttentionOptions opt{.scale = kV3.default_scale(),
+                                       .num_threads = static_cast<int>(state.range(1)),
+                                       .batch_invariant = state.range(2) == 1};
   for (auto _ : state) {
     inferkit::attention({qa.data(), 1, H, L}, src, {ctx.data(), 1, H, L}, opt);
     benchmark::ClobberMemory();
@@ -220,7 +228,92 @@ void mla_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_mla_decode_v2lite)->Name("mla_decode/inferkit/V2Lite")->Apply(mla_args);
 BENCHMARK(BM_materialized_decode_v2lite)->Name("mla_decode/materialized/V2Lite")->Apply(mla_args);
 BENCHMARK(BM_mla_decode_v3)->Name("mla_decode/inferkit/V3")->Apply(mla_args);
-BENCHMARK(BM_mla_attention_core_v3)->Name("mla_decode/attention_core/V3")->Apply(mla_args);
+BENCHMARK(BM_mla_attention_core_v3)
+    ->Name("mla_decode/attention_core/V3")
+    ->ArgNames({"Tk", "threads", "invariant"})
+    ->Args({8192, 1, 0})
+    ->Args({8192, 1, 1})
+    ->Args({8192, 2, 0})
+    ->Args({8192, 2, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_fma_peak)->Name("fma_peak")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
+// The kernel choice for wide query groups: one KV head, range(0) query heads of head_dim range(1)
+// over 8192 bf16 tokens, Tq 1, through the decode kernel (invariant 0) or the lanes kernel of the
+// batch-invariant mode (invariant 1); counter GFLOPS = 4 x rows x Tk x d.
+void BM_wide_group_decode(benchmark::State& state) {
+  const Index rows = state.range(0), d = state.range(1), tk = 8192;
+  const auto q = ib::normal_floats(static_cast<std::size_t>(rows * d), 1.0f, 41);
+  const auto kf = ib::normal_floats(static_cast<std::size_t>(tk * d), 1.0f, 42);
+  std::vector<inferkit::BFloat16> k(kf.size());
+  inferkit::convert(kf.data(), k.data(), kf.size());
+  std::vector<float> out(q.size());
+  inferkit::DenseKv<inferkit::BFloat16> kv({k.data(), tk, 1, d}, {k.data(), tk, 1, d});
+  const inferkit::AttentionOptions opt{.num_threads = 1, .batch_invariant = state.range(2) == 1};
+  for (auto _ : state) {
+    inferkit::attention({q.data(), 1, rows, d}, kv, {out.data(), 1, rows, d}, opt);
+    benchmark::ClobberMemory();
+  }
+  ib::set_gflops(state, 4.0 * double(rows) * double(tk) * double(d));
+  ib::label_isa(state);
+}
+BENCHMARK(BM_wide_group_decode)
+    ->Name("wide_group_decode/Tk8192_bf16/threads:1")
+    ->ArgNames({"rows", "d", "invariant"})
+    ->ArgsProduct({{16, 32, 64, 128}, {128, 576}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Prefill chunks, V2-Lite, Tk 4096 cached + the chunk: mla_attention (absorbed) against
+// attention() over K/V already materialized (padded V as above; the materialization itself,
+// Tk x H x 256 x 512 multiply-adds per chunk if not cached, is not counted). range(0) = chunk.
+void BM_mla_prefill_v2lite(benchmark::State& state) {
+  const Index tq = state.range(0), tk = 4096 + tq;
+  MlaData data(kV2Lite, tk);
+  const auto q = ib::normal_floats(static_cast<std::size_t>(tq * kV2Lite.num_heads * kV2Lite.query_dim()), 1.0f, 51);
+  std::vector<float> out(static_cast<std::size_t>(tq * kV2Lite.num_heads * kV2Lite.v_head_dim));
+  for (auto _ : state) {
+    inferkit::mla_attention(kV2Lite, {q.data(), tq, kV2Lite.num_heads, kV2Lite.query_dim()}, data.cache.source(0),
+                            data.weights(), {out.data(), tq, kV2Lite.num_heads, kV2Lite.v_head_dim},
+                            {.num_threads = 2});
+    benchmark::ClobberMemory();
+  }
+  ib::label_isa(state);
+}
+
+void BM_materialized_prefill_v2lite(benchmark::State& state) {
+  const Index tq = state.range(0), tk = 4096 + tq, H = kV2Lite.num_heads, D = kV2Lite.query_dim();
+  const auto kf = ib::normal_floats(static_cast<std::size_t>(tk * H * D), 1.0f, 52);
+  const auto vf = ib::normal_floats(static_cast<std::size_t>(tk * H * D), 1.0f, 53);
+  std::vector<inferkit::BFloat16> k(kf.size()), v(vf.size());
+  inferkit::convert(kf.data(), k.data(), kf.size());
+  inferkit::convert(vf.data(), v.data(), vf.size());
+  const auto q = ib::normal_floats(static_cast<std::size_t>(tq * H * D), 1.0f, 54);
+  std::vector<float> out(q.size());
+  inferkit::DenseKv<inferkit::BFloat16> kv({k.data(), tk, H, D}, {v.data(), tk, H, D});
+  for (auto _ : state) {
+    inferkit::attention({q.data(), tq, H, D}, kv, {out.data(), tq, H, D}, {.num_threads = 2});
+    benchmark::ClobberMemory();
+  }
+  ib::label_isa(state);
+}
+
+BENCHMARK(BM_mla_prefill_v2lite)
+    ->Name("mla_prefill/inferkit/V2Lite_Tk4096/threads:2")
+    ->ArgName("Tq")
+    ->Arg(16)
+    ->Arg(128)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_materialized_prefill_v2lite)
+    ->Name("mla_prefill/materialized/V2Lite_Tk4096/threads:2")
+    ->ArgName("Tq")
+    ->Arg(16)
+    ->Arg(128)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -64,9 +64,18 @@ struct WorkUnit {
   Index split = -1;          // decode split index, -1 for prefill
 };
 
+/// Query rows per KV head from which decode units run the lanes kernel (query rows in SIMD
+/// lanes, as prefill and the batch-invariant mode do: scores as one small GEMM) instead of the
+/// dot-product decode kernel: faster from 32 rows on in bench/mla_bench.cpp wide_group_decode
+/// (AVX-512, bf16, d 128 and 576: 1.2-1.7x CPU time), slower at 16. Wide groups are MLA's 16 to
+/// 128 heads over one latent stream, or GQA speculative verification. The reduced arithmetic
+/// keeps the decode kernel (its rounded products live there).
+inline constexpr Index kLanesDecodeRows = 32;
+
 struct DecodeLayout {
   Index task = 0, splits = 0, rows = 0, padded_rows = 0, padded_dim = 0;
   std::size_t offset = 0;  // into the partial buffers, in rows of padded_dim floats
+  bool lanes = false;      // units run invariant_split_unit (the lanes kernel)
 };
 
 /// Runs every task: prefill units write their output directly; decode units write partial states
@@ -88,12 +97,14 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, c
       const Index tk = tasks[i].kv->num_tokens();
       const Index per = invariant ? invariant_split : decode_split_tokens(tk, num_kv_heads, opt.kv_split_tokens);
       const Index rows = tq * p.group;
+      const bool lanes = invariant || (rows >= kLanesDecodeRows && !p.reduced);
       DecodeLayout lay{i,
                        std::max<Index>(1, ceil_div(tk, per)),
                        rows,
-                       invariant ? lanes_padded_rows(rows) : decode_padded_rows(rows),
+                       lanes ? lanes_padded_rows(rows) : decode_padded_rows(rows),
                        decode_padded_dim(p.head_dim()),
-                       partial_rows};
+                       partial_rows,
+                       lanes};
       for (Index g = 0; g < num_kv_heads; ++g)
         for (Index s = 0; s < lay.splits; ++s) units.push_back({i, g, s * per, std::min(tk, (s + 1) * per), s});
       partial_rows += static_cast<std::size_t>(num_kv_heads * lay.splits * lay.padded_rows);
@@ -140,7 +151,7 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, c
         float* o = part_o.data() + o_offset[k] + slot * lay.padded_rows * lay.padded_dim;
         float* m = part_m.data() + lay.offset + slot * lay.padded_rows;
         float* l = part_l.data() + lay.offset + slot * lay.padded_rows;
-        if (invariant)
+        if (lay.lanes)
           invariant_split_unit(task.problem, *task.kv, w.kv_head, w.begin, w.end, pre, o, m, l);
         else
           decode_partial(task.problem, *task.kv, w.kv_head, w.begin, w.end, dec, o, m, l);

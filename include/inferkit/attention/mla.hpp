@@ -13,7 +13,13 @@
 // read once per step for all heads; the kernels' weighted sum also carries the k_pe columns
 // (qk_rope_dim / (kv_lora_rank + qk_rope_dim) = 11% more p.v work at DeepSeek's 512 + 64),
 // which keeps one row store for keys and values instead of two copies.
-// Decode (up to kDecodeMaxQueries query tokens) and prefill chunks both run absorbed; the
+// Decode (up to kDecodeMaxQueries query tokens) and prefill chunks both run absorbed. Decode
+// units of 32 or more query rows (V2-Lite from 2 tokens, V3 always) take the lanes kernel
+// (kLanesDecodeRows, attention.hpp). For a chunk of Tq queries over Tk cached tokens the absorbed
+// form costs Tq Tk H (2 x 576) multiply-adds; materializing K/V instead costs Tk H (128 + 128) 512
+// to build them plus Tq Tk H (192 + 128): absorbed is cheaper below ~170 queries per chunk at
+// DeepSeek's shapes, and a materialized prefill path is not implemented (bench/mla_bench.cpp
+// mla_prefill has the absorbed chunk against attention over K/V materialized beforehand). The
 // scale defaults to 1 / sqrt(qk_nope_dim + qk_rope_dim) (pass options.scale for YaRN's mscale^2).
 //
 //   const MlaShape shape{.num_heads = 16, .kv_lora_rank = 512, .qk_nope_dim = 128, .qk_rope_dim = 64,
