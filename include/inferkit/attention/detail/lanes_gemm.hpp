@@ -17,8 +17,12 @@ namespace inferkit::detail {
 
 struct LanesGemmShape {
   // Micro-tile: kMR rows of A times kNV vectors of query rows; accumulators kMR * kNV registers.
+  // AVX2 (16 ymm registers): 6 x 2 = 12 accumulators + 2 B vectors + 1 broadcast, the classic
+  // AVX2 SGEMM shape; 12 independent FMA chains cover the FMA latency (4 to 5 cycles) times two
+  // ports, where 4 x 2 = 8 chains capped the loop at 8 / 10 of the FMA peak on 5-cycle FMAs
+  // (Zen 2), and 12 FMAs per 8 loads instead of 8 per 6.
   static constexpr int kNV = simd::kWidth >= 16 ? 4 : (simd::kWidth > 1 ? 2 : 4);
-  static constexpr int kMR = simd::kWidth >= 16 ? 6 : 4;
+  static constexpr int kMR = simd::kWidth >= 8 ? 6 : 4;
   static constexpr Index kRowBlock = kNV * static_cast<Index>(simd::kWidth);
   /// Rows of A per micro-tile for a panel of nv < kNV vectors: more rows, same register count.
   static constexpr int rows_for(int nv) { return std::min(12, kMR * kNV / nv); }

@@ -38,6 +38,7 @@ struct LeftPackTable {
     }
   }
 };
+/// The table itself (constexpr: built by the compiler, no start-up cost).
 inline constexpr LeftPackTable kLeftPack{};
 /// The vpermd indices that move the lanes set in `mask` (a movemask, 0-255) to the front, in order.
 inline __m256i left_pack_indices(unsigned mask) {
