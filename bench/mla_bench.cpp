@@ -12,8 +12,11 @@
 //   mla_prefill/{inferkit,materialized}/V2Lite_Tk4096/threads:2/Tq   prefill chunks of Tq queries
 //     over 4096 + Tq cached tokens: absorbed mla_attention against attention() over K/V that
 //     are already materialized (their materialization is not counted).
-//   wide_group_decode/Tk8192_bf16/threads:1/rows/d/invariant   the decode kernel (0) against the
-//     lanes kernel (1) for one KV head with many query rows: where kLanesDecodeRows comes from.
+//   wide_group_decode/Tk8192_bf16/threads:1/rows/d/invariant   one KV head with many query rows:
+//     the default dispatch (0: the decode kernel below kLanesDecodeRows rows, the lanes kernel
+//     from it) against the batch-invariant mode (1: the lanes kernel always, fixed 1024-token
+//     splits). Before the switch (commit bba2e1a) 0 was the decode kernel at every row count,
+//     which is where kLanesDecodeRows = 32 comes from.
 //   mla_decode/{inferkit,attention_core}/V3/Tk/threads   128 heads: the whole mla_attention step
 //     and its attention over the latent stream alone; counter GFLOPS counts 2 x H x Tk x
 //     (576 + 512) (scores and the weighted sum of c), against fma_peak/threads (a same-run loop
@@ -239,9 +242,9 @@ BENCHMARK(BM_mla_attention_core_v3)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_fma_peak)->Name("fma_peak")->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
-// The kernel choice for wide query groups: one KV head, range(0) query heads of head_dim range(1)
-// over 8192 bf16 tokens, Tq 1, through the decode kernel (invariant 0) or the lanes kernel of the
-// batch-invariant mode (invariant 1); counter GFLOPS = 4 x rows x Tk x d.
+// Wide query groups: one KV head, range(0) query heads of head_dim range(1) over 8192 bf16
+// tokens, Tq 1, by the default dispatch (invariant 0) or the batch-invariant mode's lanes kernel
+// (invariant 1); counter GFLOPS = 4 x rows x Tk x d.
 void BM_wide_group_decode(benchmark::State& state) {
   const Index rows = state.range(0), d = state.range(1), tk = 8192;
   const auto q = ib::normal_floats(static_cast<std::size_t>(rows * d), 1.0f, 41);

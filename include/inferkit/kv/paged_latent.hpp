@@ -14,6 +14,8 @@
 //   seq.reserve(n); write_latent(pool, seq, layer, seq.num_tokens(), c, k_pe); ...; seq.commit(n);
 //   mla_attention(shape, q, PagedLatentSource<BFloat16>(seq, layer), weights, out);
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
