@@ -185,10 +185,10 @@ class BatchForward {
                                 std::to_string(c.vocab_size) + ")");
     x_.resize(n, D);
     xb_.resize(n, D);
-    q_.resize(n, D);
+    q_.resize(n, c.q_dim());
     k_.resize(n, kvd);
     v_.resize(n, kvd);
-    att_.resize(n, D);
+    att_.resize(n, c.q_dim());
     h1_.resize(n, Hd);
     h3_.resize(n, Hd);
     pos_.resize(static_cast<std::size_t>(n));
@@ -196,17 +196,19 @@ class BatchForward {
       x_.row(t) = Eigen::Map<const Eigen::RowVectorXf>(m_->embedding(plan.token_ids[static_cast<std::size_t>(t)]), D);
       pos_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(plan.positions[static_cast<std::size_t>(t)]);
     }
-    const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
+    const inferkit::RopeOptions rope = c.rope();
+    const float eps = c.rms_eps;
     inferkit::AttentionOptions aopt;
     aopt.batch_invariant = o_.deterministic;
     aopt.num_threads = o_.num_threads;
     std::vector<typename inferkit::BlockTable<T>::Source> sources;
     sources.reserve(plan.sequences.size());
     for (int l = 0; l < c.n_layers; ++l) {
-      for (Index t = 0; t < n; ++t) rmsnorm(xb_.row(t).data(), x_.row(t).data(), m_->rms_att(l), D);
+      for (Index t = 0; t < n; ++t) rmsnorm(xb_.row(t).data(), x_.row(t).data(), m_->rms_att(l), D, eps);
       matmul(Proj::kQ, l, xb_, q_);
       matmul(Proj::kK, l, xb_, k_);
       matmul(Proj::kV, l, xb_, v_);
+      finish_qkv(*m_, l, n, q_.data(), k_.data(), v_.data());
       inferkit::apply_rope(inferkit::Tensor3View<float>(q_.data(), n, c.n_heads, hs), pos_, rope);
       inferkit::apply_rope(inferkit::Tensor3View<float>(k_.data(), n, c.n_kv_heads, hs), pos_, rope);
       sources.clear();
@@ -221,7 +223,7 @@ class BatchForward {
                                 inferkit::Tensor3View<float>(att_.data(), n, c.n_heads, hs), {}, aopt);
       matmul(Proj::kO, l, att_, xb_);
       x_ += xb_;
-      for (Index t = 0; t < n; ++t) rmsnorm(xb_.row(t).data(), x_.row(t).data(), m_->rms_ffn(l), D);
+      for (Index t = 0; t < n; ++t) rmsnorm(xb_.row(t).data(), x_.row(t).data(), m_->rms_ffn(l), D, eps);
       matmul(Proj::kW1, l, xb_, h1_);
       matmul(Proj::kW3, l, xb_, h3_);
       for (Index t = 0; t < n; ++t) swiglu(h1_.row(t).data(), h3_.row(t).data(), static_cast<int>(Hd));
@@ -232,7 +234,7 @@ class BatchForward {
     if (rows == 0) return;
     xl_.resize(rows, D);
     for (Index i = 0; i < rows; ++i)
-      rmsnorm(xl_.row(i).data(), x_.row(plan.logit_rows[static_cast<std::size_t>(i)]).data(), m_->rms_final(), D);
+      rmsnorm(xl_.row(i).data(), x_.row(plan.logit_rows[static_cast<std::size_t>(i)]).data(), m_->rms_final(), D, eps);
     Eigen::Map<RowMatrix> out(logits, rows, c.vocab_size);
     if (o_.deterministic)
       fixed_order_gemm(xl_.data(), rows, D, wt_.back(), logits, c.vocab_size, o_.num_threads);

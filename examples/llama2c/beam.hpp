@@ -35,8 +35,7 @@ inline std::vector<TokenId> generate_beam(const Model& m, const std::vector<Toke
   inferkit::BeamSearch search(opt);
   const Index V = m.config().vocab_size;
   std::vector<Cache> caches{Cache(m.config(), {})};
-  std::vector<TokenId> seq{kBos};
-  seq.insert(seq.end(), prompt.begin(), prompt.end());
+  std::vector<TokenId> seq = start_sequence(m.config(), prompt);
   std::vector<float> rows(seq.size() * static_cast<std::size_t>(V));
   forward(m, caches[0], seq.data(), static_cast<Index>(seq.size()), 0, rows.data());
   rows.erase(rows.begin(), rows.end() - V);  // the last token's logits

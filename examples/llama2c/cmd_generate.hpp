@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "flag_table.hpp"
 #include "runner.hpp"
 #include "sampling_flags.hpp"
+#include "text.hpp"
 #ifdef INFERKIT_LLAMA2C_MPI
 #include "context_parallel.hpp"
 #include "expert_parallel.hpp"
@@ -141,9 +143,13 @@ inline int cmd_generate(const cli::Flags& a) {
   apply_sampling_flags(a, s);
   make_chain(s);  // validates the sampling parameters before any work
   if (a.has("--prompts")) return generate_prompt_batch(a, model, steps, s);
-  const auto tok = tokenizer_flag(a, model.config().vocab_size);
+  const auto tok = tokenizer_flag(a, model.config().vocab_size);  // llama2.c's, for text steering prompts
+  const auto text =
+      TextCodec::open(a.text("--model"), a.has("--tokenizer") ? a.text("--tokenizer") : "", model.config().vocab_size);
+  if (a.has("--prompt") && !text)
+    throw std::invalid_argument("--prompt needs --tokenizer or a GGUF model with a vocabulary (or give --prompt-ids)");
   const auto prompt = a.has("--prompt")
-                          ? tok->encode(a.text("--prompt"))
+                          ? text->encode(a.text("--prompt"))
                           : parse_ids(a.has("--prompt-ids") ? a.text("--prompt-ids") : "", "--prompt-ids");
   const bool speculative = a.has("--draft") || a.has("--draft-layers");
   const double copies = a.has("--beams") ? 2.0 * double(a.integer("--beams")) : speculative ? 2.0 : 1.0;
@@ -152,6 +158,7 @@ inline int cmd_generate(const cli::Flags& a) {
   if (a.has("--contrastive")) check_contrastive_fits(model.config(), a.integer("--contrastive"));
   GenerateStats st;
   std::vector<TokenId> out;
+  bool streamed = false;
   if (const auto steer = steering_spec(a, tok ? &*tok : nullptr)) {  // plain sampling with a residual hook
     const auto sv = build_steering_vector(model, *steer);
     std::fprintf(stderr, "%s\n", describe(*steer, sv).c_str());
@@ -188,16 +195,27 @@ inline int cmd_generate(const cli::Flags& a) {
     throw std::invalid_argument(
         "--context-parallel / --expert-parallel need inferkit-llama2c built with MPI (INFERKIT_WITH_MPI)");
 #endif
+  } else if (text) {  // plain sampling, the text streamed as it is generated
+    auto stream = text->stream();
+    for (TokenId t : prompt) std::fputs(stream.push(t).c_str(), stdout);
+    std::fflush(stdout);
+    const std::function<void(TokenId)> print = [&](TokenId t) {
+      std::fputs(stream.push(t).c_str(), stdout);
+      std::fflush(stdout);
+    };
+    out = generate(model, prompt, steps, s, &st, {.on_token = &print});
+    std::printf("%s\n", stream.flush().c_str());
+    streamed = true;
   } else {
     out = generate(model, prompt, steps, s, &st);
   }
   if (a.has("--print-ids")) print_ids(out);
-  if (tok) {  // the text, as llama2.c prints it
-    std::string text;
-    TokenId prev = kBos;
-    for (TokenId t : prompt) text += tok->decode(std::exchange(prev, t), t);
-    for (TokenId t : out) text += tok->decode(std::exchange(prev, t), t);
-    std::printf("%s\n", text.c_str());
+  if (text && !streamed) {  // the text, as llama2.c prints it
+    auto stream = text->stream();
+    std::string all;
+    for (TokenId t : prompt) all += stream.push(t);
+    for (TokenId t : out) all += stream.push(t);
+    std::printf("%s%s\n", all.c_str(), stream.flush().c_str());
   }
   if (model.config().moe()) std::fprintf(stderr, "%s\n", model.moe_ffn().totals.describe().c_str());
   std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds,

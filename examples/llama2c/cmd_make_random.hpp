@@ -1,6 +1,6 @@
 #pragma once
 // `inferkit-llama2c make-random`: a random-weight checkpoint of the flags' shape (dense, or
-// mixture of experts with --experts), written to --out.
+// mixture of experts with --experts), written to --out (a .gguf name: GGUF, cmd_convert.hpp).
 //
 //   return llama2c::cmd_make_random(cli::parse_flags(llama2c::flag_table(), "make-random", argc, argv, 2));
 
@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cmd_convert.hpp"
 #include "flag_table.hpp"
 #include "llama2c.hpp"
 #include "moe_model.hpp"
@@ -30,7 +31,13 @@ inline int cmd_make_random(const cli::Flags& a) {
     c.router = parse_router_mode(a.text("--router"));
   }
   const std::string out = a.text("--out");
-  Model::random(c, static_cast<std::uint64_t>(a.integer("--seed"))).save(out);
+  const Model m = Model::random(c, static_cast<std::uint64_t>(a.integer("--seed")));
+  if (out.size() >= 5 && out.compare(out.size() - 5, 5, ".gguf") == 0)
+    write_gguf_flags(a, m, out);
+  else if (a.has("--vocab-from") || a.text("--type") != "f32")
+    throw std::invalid_argument("--vocab-from and --type need an --out name ending in .gguf (a GGUF file)");
+  else
+    m.save(out);
   std::printf("wrote %s: dim %d hidden %d layers %d heads %d kv_heads %d vocab %d seq_len %d", out.c_str(), c.dim,
               c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len);
   if (c.moe())

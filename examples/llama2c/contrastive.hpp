@@ -30,8 +30,7 @@ inline std::vector<TokenId> generate_contrastive(const Model& m, const std::vect
   const auto t0 = std::chrono::steady_clock::now();
   const Index V = m.config().vocab_size, D = m.config().dim;
   Cache cache(m.config(), {});
-  std::vector<TokenId> seq{kBos};
-  seq.insert(seq.end(), prompt.begin(), prompt.end());
+  std::vector<TokenId> seq = start_sequence(m.config(), prompt);
   std::vector<float> logits(seq.size() * static_cast<std::size_t>(V)), hidden(seq.size() * static_cast<std::size_t>(D));
   forward(m, cache, seq.data(), static_cast<Index>(seq.size()), 0, logits.data(), {.hidden = hidden.data()});
   inferkit::ContextStates context(D);

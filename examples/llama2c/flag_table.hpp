@@ -20,7 +20,8 @@
 namespace llama2c {
 
 /// The subcommands, in the order of flag_table().commands.
-inline constexpr cli::Commands kGenerate = 1u << 0, kEval = 1u << 1, kServe = 1u << 2, kMakeRandom = 1u << 3;
+inline constexpr cli::Commands kGenerate = 1u << 0, kEval = 1u << 1, kServe = 1u << 2, kMakeRandom = 1u << 3,
+                               kTokenize = 1u << 4, kConvert = 1u << 5;
 
 /// The largest token count or position a flag may give (positions are std::int32_t).
 inline constexpr long long kMaxTokens = kMaxPositions;
@@ -30,7 +31,7 @@ inline const cli::FlagTable& flag_table() {
   using cli::Rule;
   using cli::RuleKind;
   using cli::ValueKind;
-  constexpr cli::Commands G = kGenerate, E = kEval, S = kServe, M = kMakeRandom;
+  constexpr cli::Commands G = kGenerate, E = kEval, S = kServe, M = kMakeRandom, T = kTokenize, C = kConvert;
   // Decoding modes of generate besides plain sampling (at most one; most features run with
   // plain sampling only).
   const std::vector<std::string_view> modes = {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"};
@@ -60,17 +61,44 @@ inline const cli::FlagTable& flag_table() {
                "stdout, the summary to stderr."},
               {"make-random", "write a random-weight checkpoint (dense or mixture of experts)",
                "Writes a llama2.c checkpoint of the given shape with random weights (normal, scaled by "
-               "1/sqrt(fan-in)); with --experts an MoE checkpoint (moe_model.hpp's header extension)."},
+               "1/sqrt(fan-in)); with --experts an MoE checkpoint (moe_model.hpp's header extension). An --out "
+               "name ending in .gguf writes a GGUF file instead (llama architecture, --type, --vocab-from)."},
+              {"tokenize", "text to token ids (and --ids back to text) with a GGUF model's vocabulary",
+               "Prints the ids of --text as the model's vocabulary encodes it (BOS when the vocabulary adds it), "
+               "one line, as llama.cpp's llama-tokenize; with --ids, prints the text of those ids."},
+              {"convert", "write a GGUF file from a llama2.c checkpoint (or a GGUF file in another type)",
+               "Reads --model (llama2.c .bin or GGUF) and writes it to --out as GGUF with matrices in --type; "
+               "--vocab-from copies a vocabulary (tokenizer.* keys) from another GGUF file."},
           },
       .flags =
           {
               // ---- model and output
               {.name = "--model",
-               .commands = G | E | S,
+               .commands = G | E | S | T | C,
                .metavar = "PATH",
-               .help = "llama2.c checkpoint (generate and eval also read the mixture-of-experts extension)",
-               .required = G | E | S,
+               .help = "llama2.c checkpoint (generate and eval also read the mixture-of-experts extension) or GGUF "
+                       "file (architectures llama, qwen2, qwen3; F32, F16, BF16 weights)",
+               .required = G | E | S | T | C,
+               .group = "Model",
+               .variants = {{.commands = T, .help = "GGUF file whose vocabulary encodes the text"}}},
+              {.name = "--text", .commands = T, .metavar = "TEXT", .help = "the text to encode", .group = "Model"},
+              {.name = "--ids",
+               .commands = T,
+               .metavar = "\"IDS\"",
+               .help = "token ids to decode (\"1 15043 3186\")",
                .group = "Model"},
+              {.name = "--type",
+               .commands = C | M,
+               .kind = ValueKind::kChoice,
+               .default_value = "f32",
+               .help = "element type of the GGUF file's matrices (norms stay f32)",
+               .choices = {"f32", "f16", "bf16"},
+               .group = "Output"},
+              {.name = "--vocab-from",
+               .commands = C | M,
+               .metavar = "GGUF",
+               .help = "copy this GGUF file's vocabulary (its tokenizer.* keys) into the GGUF written",
+               .group = "Output"},
               {.name = "--tokenizer",
                .commands = G | E | S,
                .metavar = "PATH",
@@ -93,7 +121,7 @@ inline const cli::FlagTable& flag_table() {
               {.name = "--prompt",
                .commands = G,
                .metavar = "TEXT",
-               .help = "prompt text, encoded by --tokenizer",
+               .help = "prompt text, encoded by --tokenizer or the GGUF model's vocabulary",
                .group = "Model"},
               {.name = "--print-ids",
                .commands = G,
@@ -728,12 +756,13 @@ inline const cli::FlagTable& flag_table() {
                .help = "virtual clock: every iteration takes MS ms (reproducible timings)",
                .group = "Scheduler"},
               {.name = "--out",
-               .commands = S | M,
+               .commands = S | M | C,
                .metavar = "FILE",
                .help = "write the per-request JSON lines here instead of stdout",
-               .required = M,
+               .required = M | C,
                .group = "Output",
-               .variants = {{.commands = M, .help = "the checkpoint to write"}}},
+               .variants = {{.commands = M, .help = "the checkpoint to write (.gguf: a GGUF file)"},
+                            {.commands = C, .help = "the GGUF file to write"}}},
               // ---- make-random
               {.name = "--dim",
                .commands = M,
@@ -814,11 +843,6 @@ inline const cli::FlagTable& flag_table() {
                .kind = RuleKind::kAtMostOne,
                .flags = {"--prompt", "--prompt-ids"},
                .message = "give --prompt or --prompt-ids, not both"},
-              {.commands = G,
-               .kind = RuleKind::kNeeds,
-               .flags = {"--prompt"},
-               .others = {"--tokenizer"},
-               .message = "--prompt needs --tokenizer (or give --prompt-ids)"},
               {.commands = G,
                .kind = RuleKind::kExcludes,
                .flags = {"--prompts"},
@@ -901,6 +925,11 @@ inline const cli::FlagTable& flag_table() {
                .message = "--tokenizer applies to --trace text prompts only"},
               // make-random
               {.commands = M, .kind = RuleKind::kTogether, .flags = {"--experts", "--experts-per-token"}},
+              // tokenize
+              {.commands = T,
+               .kind = RuleKind::kExactlyOne,
+               .flags = {"--text", "--ids"},
+               .message = "tokenize needs one of --text TEXT or --ids \"IDS\""},
               {.commands = M, .kind = RuleKind::kNeeds, .flags = {"--router"}, .others = {"--experts"}},
               // the quantization flags' combinations are QuantOptions' own checks (quant_weights.hpp)
           },

@@ -9,6 +9,7 @@
 //   const std::vector<TokenId> out = llama2c::generate(model, {}, 64, s);
 
 #include <chrono>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct GenerateOptions {
   /// The cache (e.g. a context-parallel shard); its naive_attention and arithmetic come from
   /// the SamplingConfig.
   CacheOptions cache{};
+  /// If set, called with each token as soon as it is drawn (streaming output).
+  const std::function<void(TokenId)>* on_token = nullptr;
 };
 
 /// Feeds BOS and the prompt, then generates `steps` tokens; returns them (prompt excluded).
@@ -35,8 +38,7 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
   copt.naive_attention = s.naive;
   copt.arithmetic = s.arithmetic;
   Cache cache(m.config(), copt);
-  std::vector<TokenId> seq{kBos};
-  seq.insert(seq.end(), prompt.begin(), prompt.end());
+  std::vector<TokenId> seq = start_sequence(m.config(), prompt);
   const auto V = static_cast<std::size_t>(m.config().vocab_size);
   std::vector<float> logits(seq.size() * V);
   forward(m, cache, seq.data(), static_cast<Index>(seq.size()), 0, logits.data(), {.hook = o.hook});
@@ -50,6 +52,7 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
                                  : chain.sample(last, seq, state, rng, seq.size());
     chain.accept(state, next);
     out.push_back(next);
+    if (o.on_token && *o.on_token) (*o.on_token)(next);
     if (i + 1 == steps) break;
     seq.push_back(next);
     forward(m, cache, &next, 1, static_cast<std::int32_t>(seq.size() - 1), last.data(), {.hook = o.hook});

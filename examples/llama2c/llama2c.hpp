@@ -28,6 +28,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -45,14 +46,34 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using MatrixMap = Eigen::Map<const RowMatrix>;
 using VectorMap = Eigen::Map<const Eigen::VectorXf>;
 
+/// The architectures the model runs: llama2.c checkpoints and GGUF `llama` are kLlama; GGUF
+/// `qwen2` adds Q/K/V biases, `qwen3` a per-head RMSNorm of Q and K before RoPE.
+enum class Arch { kLlama, kQwen2, kQwen3 };
+
+/// The GGUF `general.architecture` name of an architecture.
+inline const char* arch_name(Arch a) { return a == Arch::kLlama ? "llama" : a == Arch::kQwen2 ? "qwen2" : "qwen3"; }
+
 struct Config {
   int dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, seq_len = 0;
   bool shared_classifier = true;
   int n_experts = 0, experts_per_token = 0;  // MoE checkpoints (moe_model.hpp); 0 = dense FFN
   inferkit::RouterScoring router = inferkit::RouterScoring::topk_softmax;  // MoE: default router mode
+  // What GGUF models set (llama2.c checkpoints keep the defaults, the format's fixed choices).
+  Arch arch = Arch::kLlama;
+  int head_dim = 0;  // 0 = dim / n_heads (Qwen3 has n_heads * head_dim != dim)
+  inferkit::RopeStyle rope_style = inferkit::RopeStyle::kAdjacentPairs;
+  double rope_base = 10000.0;
+  float rms_eps = 1e-5f;
+  std::vector<float> rope_freq_factors;  // Llama 3.x `rope_freqs`: head_size / 2 divisors, or empty
+  TokenId bos = 1;  // every sequence starts with it (llama2.c's "<s>"); -1: none (a vocabulary that adds no BOS)
   bool moe() const { return n_experts > 0; }
-  int head_size() const { return dim / n_heads; }
+  int head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
+  int q_dim() const { return head_size() * n_heads; }
   int kv_dim() const { return head_size() * n_kv_heads; }
+  bool qkv_bias() const { return arch == Arch::kQwen2; }
+  bool qk_norm() const { return arch == Arch::kQwen3; }
+  /// The model's RoPE (the factors are a view into this Config: keep it alive while rotating).
+  inferkit::RopeOptions rope() const { return {rope_style, rope_base, 0, rope_freq_factors}; }
 };
 
 /// The shape of llama2.c's stories15M (dim 288, hidden 768, 6 layers, 6 heads, vocab 32000), the
@@ -90,10 +111,30 @@ class Model {
   static Model load_any(const std::string& path) { return load_file(path, true); }
 
   /// load() / load_any() of a file: allow_moe selects which.
+  /// A GGUF file (its first four bytes "GGUF") goes to from_gguf() (gguf_model.hpp).
   static Model load_file(const std::string& path, bool allow_moe) {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot open model file '" + path + "'");
+    char magic[4] = {};
+    if (f.read(magic, 4) && std::string_view(magic, 4) == "GGUF") return from_gguf(inferkit::GgufFile::open(path));
+    f.clear();
     return load(f, path, allow_moe);
+  }
+
+  /// The model a GGUF file describes (architectures llama, qwen2, qwen3; gguf_model.hpp).
+  static Model from_gguf(const inferkit::GgufFile& file);
+
+  /// A model of shape `c` whose weights are all zero, to be filled through the mutable views
+  /// (the GGUF reader, tests). Throws std::invalid_argument for an invalid shape.
+  static Model zeros(Config c) {
+    validate(c, "model");
+    if (weight_floats_approx(c) * sizeof(float) > physical_memory_bytes())
+      throw std::invalid_argument(
+          "llama2c: a model of dim " + std::to_string(c.dim) + ", " + std::to_string(c.n_layers) + " layers needs " +
+          bytes_text(weight_floats_approx(c) * sizeof(float)) + ", more than this machine's memory");
+    Model m(std::move(c));
+    m.map();
+    return m;
   }
 
   /// Reads a checkpoint from a seekable binary stream (a file, or memory); `name` names it in
@@ -112,7 +153,9 @@ class Model {
     if (h[5] == std::numeric_limits<std::int32_t>::min())  // a negative vocab_size flags an unshared classifier
       throw std::invalid_argument("llama2c: " + path + ": vocab_size = " + std::to_string(h[5]) +
                                   " is invalid: |vocab_size| must be < 2^31");
-    Config c{h[0], h[1], h[2], h[3], h[4], std::abs(h[5]), h[6], h[5] > 0};
+    Config c;
+    c.dim = h[0], c.hidden_dim = h[1], c.n_layers = h[2], c.n_heads = h[3], c.n_kv_heads = h[4];
+    c.vocab_size = std::abs(h[5]), c.seq_len = h[6], c.shared_classifier = h[5] > 0;
     std::size_t header = sizeof(h);
     if (h[1] == kMoeMarker) {
       if (!allow_moe)
@@ -199,6 +242,10 @@ class Model {
 
   /// Writes the checkpoint (the format load_any() reads) to a binary stream.
   void save(std::ostream& f) const {
+    if (c_.arch != Arch::kLlama || c_.head_dim != 0 || c_.rope_style != inferkit::RopeStyle::kAdjacentPairs ||
+        c_.rope_base != 10000.0 || c_.rms_eps != 1e-5f || !c_.rope_freq_factors.empty())
+      throw std::invalid_argument(std::string("llama2c: a ") + arch_name(c_.arch) +
+                                  " model with its own head size, RoPE or epsilon has no llama2.c checkpoint form");
     const std::int32_t h[7] = {c_.dim,        c_.moe() ? kMoeMarker : c_.hidden_dim,
                                c_.n_layers,   c_.n_heads,
                                c_.n_kv_heads, c_.shared_classifier ? c_.vocab_size : -c_.vocab_size,
@@ -219,14 +266,34 @@ class Model {
   VectorMap rms_att(int l) const { return VectorMap(rms_att_ + l * c_.dim, c_.dim); }
   VectorMap rms_ffn(int l) const { return VectorMap(rms_ffn_ + l * c_.dim, c_.dim); }
   VectorMap rms_final() const { return VectorMap(rms_final_, c_.dim); }
-  MatrixMap wq(int l) const { return MatrixMap(wq_ + static_cast<std::size_t>(l) * c_.dim * c_.dim, c_.dim, c_.dim); }
+  MatrixMap wq(int l) const {
+    return MatrixMap(wq_ + static_cast<std::size_t>(l) * c_.q_dim() * c_.dim, c_.q_dim(), c_.dim);
+  }
   MatrixMap wk(int l) const {
     return MatrixMap(wk_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim);
   }
   MatrixMap wv(int l) const {
     return MatrixMap(wv_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim);
   }
-  MatrixMap wo(int l) const { return MatrixMap(wo_ + static_cast<std::size_t>(l) * c_.dim * c_.dim, c_.dim, c_.dim); }
+  MatrixMap wo(int l) const {
+    return MatrixMap(wo_ + static_cast<std::size_t>(l) * c_.dim * c_.q_dim(), c_.dim, c_.q_dim());
+  }
+  /// Layer l's bias of Q, K or V (qwen2), or nullptr when the architecture has none.
+  const float* bias(Proj p, int l) const {
+    if (!c_.qkv_bias()) return nullptr;
+    const std::size_t L = static_cast<std::size_t>(l);
+    if (p == Proj::kQ) return bq_ + L * c_.q_dim();
+    if (p == Proj::kK) return bk_ + L * c_.kv_dim();
+    if (p == Proj::kV) return bv_ + L * c_.kv_dim();
+    return nullptr;
+  }
+  /// Layer l's per-head RMSNorm weights [head_size] of Q / K (qwen3), or nullptr.
+  const float* q_norm(int l) const {
+    return q_norm_ ? q_norm_ + static_cast<std::size_t>(l) * c_.head_size() : nullptr;
+  }
+  const float* k_norm(int l) const {
+    return k_norm_ ? k_norm_ + static_cast<std::size_t>(l) * c_.head_size() : nullptr;
+  }
   MatrixMap w1(int l) const {
     return MatrixMap(w1_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim);
   }
@@ -280,6 +347,11 @@ class Model {
   }
   float* mutable_rms_att(int l) { return rms_att_ + l * c_.dim; }
   float* mutable_rms_ffn(int l) { return rms_ffn_ + l * c_.dim; }
+  float* mutable_rms_final() { return rms_final_; }
+  float* mutable_embedding() { return data_.data(); }  ///< [vocab x dim]
+  float* mutable_bias(Proj p, int l) { return const_cast<float*>(bias(p, l)); }
+  float* mutable_q_norm(int l) { return const_cast<float*>(q_norm(l)); }
+  float* mutable_k_norm(int l) { return const_cast<float*>(k_norm(l)); }
 
   /// y = W x through the installed hook, or the float matrix (Eigen) when there is none.
   void project(Proj p, int l, const float* x, float* y) const {
@@ -291,7 +363,8 @@ class Model {
   const ProjectionHook* projections() const { return projections_.get(); }
 
  private:
-  explicit Model(Config c) : c_(c), data_(weight_floats(c)) {
+  explicit Model(Config config) : c_(std::move(config)), data_(weight_floats(c_)) {
+    const Config& c = c_;
     if (c.moe()) {
       moe_ = std::make_shared<MoeFfn>();
       moe_->options.scoring = c.router;
@@ -306,8 +379,18 @@ class Model {
     if (c.dim <= 0) bad("dim", c.dim, "must be > 0");
     if (c.hidden_dim <= 0) bad("hidden_dim", c.hidden_dim, "must be > 0");
     if (c.n_layers <= 0) bad("n_layers", c.n_layers, "must be > 0");
-    if (c.n_heads <= 0 || c.dim % c.n_heads != 0) bad("n_heads", c.n_heads, "must be > 0 and divide dim");
-    if (c.head_size() % 2 != 0) bad("head_size", c.head_size(), "must be even for RoPE");
+    if (c.n_heads <= 0 || (c.head_dim == 0 && c.dim % c.n_heads != 0))
+      bad("n_heads", c.n_heads, "must be > 0 and divide dim (unless head_dim is given)");
+    if (c.head_dim < 0) bad("head_dim", c.head_dim, "must be >= 0 (0 = dim / n_heads)");
+    if (c.head_size() <= 0 || c.head_size() % 2 != 0) bad("head_size", c.head_size(), "must be even and > 0 for RoPE");
+    if (!c.rope_freq_factors.empty() && c.rope_freq_factors.size() != static_cast<std::size_t>(c.head_size() / 2))
+      bad("rope_freq_factors.size()", static_cast<long>(c.rope_freq_factors.size()),
+          "must be head_size / 2 = " + std::to_string(c.head_size() / 2));
+    if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base))
+      bad("rope_base", static_cast<long>(c.rope_base), "must be finite and > 1");
+    if (!(c.rms_eps > 0.0f) || !std::isfinite(c.rms_eps))
+      bad("rms_eps (x 1e9)", static_cast<long>(c.rms_eps * 1e9f), "must be finite and > 0");
+    if (c.moe() && c.arch != Arch::kLlama) bad("n_experts", c.n_experts, "MoE needs the llama architecture");
     if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
       bad("n_kv_heads", c.n_kv_heads, "must be > 0 and divide n_heads");
     if (c.vocab_size <= 0) bad("vocab_size", c.vocab_size, "must be non-zero");
@@ -319,21 +402,36 @@ class Model {
   // weight_floats() in double: never overflows (the shape may come from a corrupt header).
   static double weight_floats_approx(const Config& c) {
     const double d = c.dim, h = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), v = c.vocab_size, E = c.n_experts;
+    const double qd = c.q_dim();
     const double ffn = c.moe() ? L * E * d + 3 * L * E * h * d : 3 * L * h * d;  // as weight_floats()
-    return v * d * (c.shared_classifier ? 1 : 2) + L * d + L * d * d + 2 * L * kv * d + L * d * d + L * d + ffn + d +
+    return v * d * (c.shared_classifier ? 1 : 2) + L * d + L * qd * d + 2 * L * kv * d + L * d * qd + L * d + ffn + d +
            2.0 * c.seq_len * (c.head_size() / 2);
   }
   static std::size_t weight_floats(const Config& c) {
     const std::size_t d = c.dim, h = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), v = c.vocab_size;
-    const std::size_t E = c.n_experts;
+    const std::size_t E = c.n_experts, qd = c.q_dim();
     const std::size_t ffn = c.moe() ? L * E * d + 3 * L * E * h * d : 3 * L * h * d;  // MoE: router + experts
-    std::size_t n = v * d + L * d + L * d * d + 2 * L * kv * d + L * d * d + L * d + ffn + d +
+    std::size_t n = v * d + L * d + L * qd * d + 2 * L * kv * d + L * d * qd + L * d + ffn + d +
                     2 * static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
     if (!c.shared_classifier) n += v * d;
     return n;
   }
+  // The architecture's extra vectors (extra_): Q/K/V biases, then the per-head Q/K norm weights.
+  static std::size_t extra_floats(const Config& c) {
+    const std::size_t L = c.n_layers;
+    return (c.qkv_bias() ? L * (static_cast<std::size_t>(c.q_dim()) + 2 * c.kv_dim()) : 0) +
+           (c.qk_norm() ? 2 * L * static_cast<std::size_t>(c.head_size()) : 0);
+  }
   void map() {
     const std::size_t d = c_.dim, h = c_.hidden_dim, L = c_.n_layers, kv = c_.kv_dim(), v = c_.vocab_size;
+    const std::size_t qd = c_.q_dim(), hs = c_.head_size();
+    extra_.assign(extra_floats(c_), 0.0f);
+    float* e = extra_.data();
+    if (c_.qkv_bias()) {
+      bq_ = e, bk_ = bq_ + L * qd, bv_ = bk_ + L * kv;
+      e = bv_ + L * kv;
+    }
+    if (c_.qk_norm()) q_norm_ = e, k_norm_ = e + L * hs;
     float* p = data_.data() + v * d;
     const auto take = [&](std::size_t n) {
       float* q = p;
@@ -341,10 +439,10 @@ class Model {
       return q;
     };
     rms_att_ = take(L * d);
-    wq_ = take(L * d * d);
+    wq_ = take(L * qd * d);
     wk_ = take(L * kv * d);
     wv_ = take(L * kv * d);
-    wo_ = take(L * d * d);
+    wo_ = take(L * d * qd);
     rms_ffn_ = take(L * d);
     const std::size_t E = c_.moe() ? static_cast<std::size_t>(c_.n_experts) : 1;
     if (c_.moe()) router_ = take(L * E * d);
@@ -360,9 +458,24 @@ class Model {
   std::vector<float> data_;
   float *rms_att_ = nullptr, *wq_ = nullptr, *wk_ = nullptr, *wv_ = nullptr, *wo_ = nullptr, *rms_ffn_ = nullptr;
   float *w1_ = nullptr, *w2_ = nullptr, *w3_ = nullptr, *rms_final_ = nullptr, *wcls_ = nullptr, *router_ = nullptr;
+  std::vector<float> extra_;  // the architecture's biases and Q/K norms (extra_floats())
+  float *bq_ = nullptr, *bk_ = nullptr, *bv_ = nullptr, *q_norm_ = nullptr, *k_norm_ = nullptr;
   std::shared_ptr<const ProjectionHook> projections_;
   std::shared_ptr<MoeFfn> moe_;  // shared by copies of the model (the workspace is not copied)
+
+  friend class ModelBuilder;
 };
+
+/// The sequence a prompt is fed as: the model's BOS (unless Config::bos is -1), then the prompt.
+/// Throws std::invalid_argument when that leaves nothing to feed.
+inline std::vector<TokenId> start_sequence(const Config& c, const std::vector<TokenId>& prompt) {
+  std::vector<TokenId> seq;
+  if (c.bos >= 0) seq.push_back(c.bos);
+  seq.insert(seq.end(), prompt.begin(), prompt.end());
+  if (seq.empty())
+    throw std::invalid_argument("llama2c: the model's vocabulary adds no BOS token: give a non-empty prompt");
+  return seq;
+}
 
 // ---- caches -------------------------------------------------------------------------------
 
@@ -430,7 +543,7 @@ class Cache {
         impl_.emplace<inferkit::DenseKvCache<float>>(L, H, D, 64);
     } else {
       const Index sinks = o.kind == CacheKind::kWindow ? 0 : o.sinks;
-      const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
+      const inferkit::RopeOptions rope = c.rope();
       if (o.quant)
         impl_.emplace<inferkit::QuantizedSinkWindowCache>(L, H, D, sinks, o.window, o.positions, rope, o.quant->keys,
                                                           o.quant->values);
@@ -555,11 +668,35 @@ class Cache {
 
 // ---- forward ------------------------------------------------------------------------------
 
-inline void rmsnorm(float* out, const float* x, const VectorMap& w, int n) {
+inline void rmsnorm(float* out, const float* x, const float* w, int n, float eps = 1e-5f) {
   double ss = 0;
   for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
-  const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + 1e-5));
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + double(eps)));
   for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+inline void rmsnorm(float* out, const float* x, const VectorMap& w, int n, float eps = 1e-5f) {
+  rmsnorm(out, x, w.data(), n, eps);
+}
+
+/// What the architecture does to a chunk's projected Q and K [n x heads x head_size] and V before
+/// RoPE: qwen2 adds the biases of Q, K and V; qwen3 RMS-normalizes every head of Q and K with its
+/// weights (Qwen3's q_norm / k_norm). Nothing for llama.
+inline void finish_qkv(const Model& m, int l, Index n, float* q, float* k, float* v) {
+  const Config& c = m.config();
+  const Index qd = c.q_dim(), kvd = c.kv_dim(), hs = c.head_size();
+  if (c.qkv_bias()) {
+    const float *bq = m.bias(Proj::kQ, l), *bk = m.bias(Proj::kK, l), *bv = m.bias(Proj::kV, l);
+    for (Index t = 0; t < n; ++t) {
+      for (Index i = 0; i < qd; ++i) q[t * qd + i] += bq[i];
+      for (Index i = 0; i < kvd; ++i) k[t * kvd + i] += bk[i], v[t * kvd + i] += bv[i];
+    }
+  }
+  if (c.qk_norm()) {
+    for (Index r = 0; r < n * c.n_heads; ++r)
+      rmsnorm(q + r * hs, q + r * hs, m.q_norm(l), static_cast<int>(hs), c.rms_eps);
+    for (Index r = 0; r < n * c.n_kv_heads; ++r)
+      rmsnorm(k + r * hs, k + r * hs, m.k_norm(l), static_cast<int>(hs), c.rms_eps);
+  }
 }
 
 /// SwiGLU in place: h1[i] = silu(h1[i]) * h3[i] over one row of n hidden units.
@@ -604,20 +741,22 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
     if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
       throw std::out_of_range("llama2c: token " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +
                               std::to_string(c.vocab_size) + ")");
-  RowMatrix x(n, D), xb(n, D), q(n, D), k(n, kvd), v(n, kvd), att(n, D), h1(c.moe() ? 0 : n, c.hidden_dim),
-      h3(c.moe() ? 0 : n, c.hidden_dim);
+  const float eps = c.rms_eps;
+  RowMatrix x(n, D), xb(n, D), q(n, c.q_dim()), k(n, kvd), v(n, kvd), att(n, c.q_dim()),
+      h1(c.moe() ? 0 : n, c.hidden_dim), h3(c.moe() ? 0 : n, c.hidden_dim);
   Eigen::RowVectorXf tmp(D);
   for (Index t = 0; t < n; ++t) x.row(t) = Eigen::Map<const Eigen::RowVectorXf>(m.embedding(tokens[t]), D);
   std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
   for (Index t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = pos + static_cast<std::int32_t>(t);
-  const inferkit::RopeOptions rope{inferkit::RopeStyle::kAdjacentPairs, 10000.0, 0};
+  const inferkit::RopeOptions rope = c.rope();
   for (int l = 0; l < L; ++l) {
     for (Index t = 0; t < n; ++t) {
-      rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_att(l), D);
+      rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_att(l), D, eps);
       m.project(Proj::kQ, l, xb.row(t).data(), q.row(t).data());
       m.project(Proj::kK, l, xb.row(t).data(), k.row(t).data());
       m.project(Proj::kV, l, xb.row(t).data(), v.row(t).data());
     }
+    finish_qkv(m, l, n, q.data(), k.data(), v.data());
     if (!cache.rotates_on_read())
       inferkit::apply_rope(inferkit::Tensor3View<float>(k.data(), n, c.n_kv_heads, hs), positions, rope);
     cache.append(l, k.data(), v.data(), n, c.n_kv_heads, hs, pos);
@@ -630,7 +769,7 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
     for (Index t = 0; t < n; ++t) {
       m.project(Proj::kO, l, att.row(t).data(), tmp.data());
       x.row(t) += tmp;
-      rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_ffn(l), D);
+      rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_ffn(l), D, eps);
       if (c.moe()) continue;  // the chunk's MoE FFN runs below, all tokens at once
       m.project(Proj::kW1, l, xb.row(t).data(), h1.row(t).data());
       m.project(Proj::kW3, l, xb.row(t).data(), h3.row(t).data());
@@ -642,10 +781,12 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
     if (hook && *hook) (*hook)(l, pos, inferkit::MatrixView<float>(x.data(), n, D));
   }
   for (Index t = 0; t < n; ++t) {
-    rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_final(), D);
+    rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_final(), D, eps);
     if (hidden) std::copy_n(xb.row(t).data(), D, hidden + t * D);  // the last hidden state, normalized
     m.project(Proj::kClassifier, 0, xb.row(t).data(), logits + t * c.vocab_size);
   }
 }
 
 }  // namespace llama2c
+
+#include "gguf_model.hpp"  // Model::from_gguf

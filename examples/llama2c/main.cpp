@@ -3,6 +3,7 @@
 //   inferkit-llama2c --help               the subcommands
 //   inferkit-llama2c generate --help      a subcommand's flags (generated from flag_table.hpp)
 //   inferkit-llama2c generate --model stories260K.bin --temperature 0 --steps 64 --print-ids
+//   inferkit-llama2c generate --model tinyllama.gguf --prompt "Once upon a time" --steps 64
 //
 // This file only dispatches: flag_table.hpp declares every flag, flags.hpp parses and checks
 // them, cmd_<subcommand>.hpp runs a subcommand, and the loops it calls live one per file
@@ -13,10 +14,12 @@
 #include <string>
 #include <string_view>
 
+#include "cmd_convert.hpp"
 #include "cmd_eval.hpp"
 #include "cmd_generate.hpp"
 #include "cmd_make_random.hpp"
 #include "cmd_serve.hpp"
+#include "cmd_tokenize.hpp"
 #include "flag_table.hpp"
 
 namespace {
@@ -26,14 +29,15 @@ struct Entry {
   std::string_view name;
   int (*run)(const llama2c::cli::Flags&);
 };
-constexpr Entry kEntries[] = {{"generate", llama2c::cmd_generate},
-                              {"eval", llama2c::cmd_eval},
-                              {"serve", llama2c::cmd_serve},
-                              {"make-random", llama2c::cmd_make_random}};
+constexpr Entry kEntries[] = {{"generate", llama2c::cmd_generate}, {"eval", llama2c::cmd_eval},
+                              {"serve", llama2c::cmd_serve},       {"make-random", llama2c::cmd_make_random},
+                              {"tokenize", llama2c::cmd_tokenize}, {"convert", llama2c::cmd_convert}};
 
 int usage(const llama2c::cli::FlagTable& t) {
-  std::fprintf(stderr, "usage: %s generate|eval|serve|make-random [flags]  (%s --help, %s <subcommand> --help)\n",
-               t.program.data(), t.program.data(), t.program.data());
+  std::fprintf(
+      stderr,
+      "usage: %s generate|eval|serve|make-random|tokenize|convert [flags]  (%s --help, %s <subcommand> --help)\n",
+      t.program.data(), t.program.data(), t.program.data());
   return 2;
 }
 

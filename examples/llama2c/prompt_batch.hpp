@@ -44,8 +44,7 @@ std::vector<std::vector<TokenId>> serve_prompts_on(const Model& m, inferkit::Blo
   else
     paged.pool = &pool;
   for (const auto& prompt : prompts) {
-    std::vector<TokenId> seq{kBos};
-    seq.insert(seq.end(), prompt.begin(), prompt.end());
+    std::vector<TokenId> seq = start_sequence(m.config(), prompt);
     auto match = reuse ? trie.match(id, seq) : typename inferkit::PrefixTrie<T>::Match{};
     // The last prompt token is always computed: its logits start the generation.
     Index reused = std::min<Index>(match.tokens, (static_cast<Index>(seq.size()) - 1) / page_size * page_size);

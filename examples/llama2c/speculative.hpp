@@ -34,8 +34,7 @@ inline std::vector<TokenId> generate_speculative(const Model& target, const Mode
   Config dconf = dm.config();  // the draft's cache holds only the layers the draft runs
   if (dl > 0) dconf.n_layers = dl;
   Cache tcache(target.config(), {}), dcache(dconf, {});
-  std::vector<TokenId> seq{kBos};
-  seq.insert(seq.end(), prompt.begin(), prompt.end());
+  std::vector<TokenId> seq = start_sequence(target.config(), prompt);
   // Prefill both models with everything but the last token, which each round feeds first.
   std::vector<float> scratch((seq.size() + k + 1) * static_cast<std::size_t>(V));
   if (seq.size() > 1) {

@@ -92,8 +92,7 @@ inline SteeringVector build_steering_vector(const Model& m, const SteeringSpec& 
   const auto states_of = [&](const std::vector<TokenId>& prompt, const char* side, std::size_t i) {
     inferkit::require(!prompt.empty(), std::string(side) + " prompt " + std::to_string(i) + " length", prompt.size(),
                       "must be > 0");
-    std::vector<TokenId> seq{kBos};
-    seq.insert(seq.end(), prompt.begin(), prompt.end());
+    std::vector<TokenId> seq = start_sequence(m.config(), prompt);
     return layer_states(m, seq, spec.layer);
   };
   for (std::size_t i = 0; i < spec.positive.size(); ++i) {

@@ -124,7 +124,11 @@ const std::set<std::string> kOldMakeRandom = {"--out",
                                               "--seed",
                                               "--experts",
                                               "--experts-per-token",
-                                              "--router"};
+                                              "--router",
+                                              "--type",  // added with GGUF output (issue 28)
+                                              "--vocab-from"};
+const std::set<std::string> kTokenize = {"--model", "--text", "--ids"};
+const std::set<std::string> kConvert = {"--model", "--out", "--type", "--vocab-from"};
 
 std::set<std::string> table_flags(cli::Commands c) {
   std::set<std::string> s;
@@ -156,11 +160,13 @@ std::string parse_error(const std::string& command, const std::string& line) {
 
 TEST_CASE("flag table: every flag declared once, defaults valid, rules over declared flags", "[example][cli]") {
   const cli::FlagTable& t = llama2c::flag_table();
-  REQUIRE(t.commands.size() == 4);
+  REQUIRE(t.commands.size() == 6);
   CHECK(t.command("generate") == llama2c::kGenerate);
   CHECK(t.command("eval") == llama2c::kEval);
   CHECK(t.command("serve") == llama2c::kServe);
   CHECK(t.command("make-random") == llama2c::kMakeRandom);
+  CHECK(t.command("tokenize") == llama2c::kTokenize);
+  CHECK(t.command("convert") == llama2c::kConvert);
   const cli::Commands all = (cli::Commands{1} << t.commands.size()) - 1;
   std::set<std::string_view> names;
   for (const auto& f : t.flags) {
@@ -204,6 +210,8 @@ TEST_CASE("flag table: the runner's flags keep their spelling and subcommands", 
   CHECK(table_flags(llama2c::kEval) == old_eval());
   CHECK(table_flags(llama2c::kServe) == kOldServe);
   CHECK(table_flags(llama2c::kMakeRandom) == kOldMakeRandom);
+  CHECK(table_flags(llama2c::kTokenize) == kTokenize);
+  CHECK(table_flags(llama2c::kConvert) == kConvert);
 }
 
 TEST_CASE("flag table: defaults are the library's and the loops' own", "[example][cli]") {
@@ -313,7 +321,7 @@ TEST_CASE("flag parser: every bad command line names the flag and the value", "[
   // Each kind of rule.
   CHECK_THAT(parse_error("generate", m + "--prompt hi --prompt-ids 5"),
              Contains("give --prompt or --prompt-ids, not both"));
-  CHECK_THAT(parse_error("generate", m + "--prompt hi"), Contains("--prompt needs --tokenizer"));  // needs
+  CHECK_THAT(parse_error("generate", m + "--steer-layer 1"), Contains("--steer-layer needs"));  // needs
   CHECK_THAT(parse_error("generate", m + "--draft-k 3"),
              Contains("--draft-k needs --draft or --draft-layers"));  // one of
   CHECK_THAT(
@@ -356,7 +364,9 @@ TEST_CASE("--help: generated from the table, every flag of the subcommand once, 
            {"generate", llama2c::kGenerate, old_generate()},
            {"eval", llama2c::kEval, old_eval()},
            {"serve", llama2c::kServe, kOldServe},
-           {"make-random", llama2c::kMakeRandom, kOldMakeRandom}}) {
+           {"make-random", llama2c::kMakeRandom, kOldMakeRandom},
+           {"tokenize", llama2c::kTokenize, kTokenize},
+           {"convert", llama2c::kConvert, kConvert}}) {
     INFO(name);
     const std::string h = cli::help(t, name);
     std::set<std::string> listed;

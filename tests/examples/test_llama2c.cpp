@@ -183,7 +183,7 @@ TEST_CASE("bad files and bad flags give clear errors", "[example][llama2c][error
   check_cli("eval --model " + good + " --eval-ids " + ids_file + " --cache nope", "--cache = 'nope'");
   check_cli("eval --model " + good + " --eval-ids " + good, "is not a token id");
   check_cli("generate", "needs --model");
-  check_cli("generate --model " + good + " --prompt hello", "--prompt needs --tokenizer");
+  check_cli("generate --model " + good + " --prompt hello", "--prompt needs --tokenizer or a GGUF model");
   check_cli("", "usage");
   // And a good run through the CLI.
   const auto [status, out] = run_cli("generate --model " + good + " --steps 5 --print-ids --temperature 0");

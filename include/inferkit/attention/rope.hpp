@@ -4,6 +4,8 @@
 //   RopeStyle::kAdjacentPairs: (x[2i], x[2i+1])             llama2.c, GPT-J, Meta's llama
 //   RopeStyle::kHalfSplit:     (x[i], x[i + rotary_dim/2])   GPT-NeoX, Hugging Face Llama
 // Both are applied in place to a [tokens, heads, head_dim] tensor; positions are per token.
+// Frequency factors (Llama 3.1's scaling as GGUF files store it, the `rope_freqs` tensor) divide
+// pair i's frequency by factor[i], as llama.cpp's rope does with its freq_factors input.
 // Angles are computed in double and rounded once, so large positions stay accurate.
 
 #include <cmath>
@@ -25,6 +27,9 @@ struct RopeOptions {
   double base = 10000.0;          ///< frequency base: pair i rotates by position * base^(-2i / rotary_dim)
   Index rotary_dim = 0;  ///< rotated dimensions: 0 = the whole head_dim, otherwise an even prefix of it (0 = the whole
                          ///< head_dim; otherwise an even prefix of it)
+  /// Empty, or rotary_dim / 2 positive factors: pair i rotates by position * base^(-2i / rotary_dim)
+  /// / freq_factors[i] (the span must outlive every call that uses these options).
+  std::span<const float> freq_factors{};
 };
 
 namespace detail {
@@ -37,10 +42,20 @@ inline Index rope_rotary_dim(Index head_dim, const RopeOptions& opt) {
   return rd;
 }
 
-/// The rd / 2 frequencies base^(-2i / rd).
-inline std::vector<double> rope_inv_freq(Index rd, double base) {
+/// The rd / 2 frequencies base^(-2i / rd), each divided by its frequency factor when opt has them.
+inline std::vector<double> rope_inv_freq(Index rd, const RopeOptions& opt) {
   std::vector<double> inv_freq(static_cast<std::size_t>(rd / 2));
-  for (std::size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(base, -2.0 * double(i) / double(rd));
+  const auto& f = opt.freq_factors;
+  require(f.empty() || f.size() == inv_freq.size(), "freq_factors.size()", f.size(),
+          "must be 0 or rotary_dim / 2 = " + std::to_string(inv_freq.size()));
+  for (std::size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = std::pow(opt.base, -2.0 * double(i) / double(rd));
+    if (!f.empty()) {
+      require(std::isfinite(f[i]) && f[i] > 0.0f, "freq_factors[" + std::to_string(i) + "]", f[i],
+              "must be finite and > 0");
+      inv_freq[i] /= double(f[i]);
+    }
+  }
   return inv_freq;
 }
 
@@ -74,7 +89,7 @@ inline void apply_rope(Tensor3View<float> x, std::span<const std::int32_t> posit
   const Index rd = detail::rope_rotary_dim(x.dim2(), opt);
   require(static_cast<Index>(positions.size()) == x.dim0(), "positions.size()", positions.size(),
           "must equal the number of tokens (" + std::to_string(x.dim0()) + ")");
-  const std::vector<double> inv_freq = detail::rope_inv_freq(rd, opt.base);
+  const std::vector<double> inv_freq = detail::rope_inv_freq(rd, opt);
   std::vector<float> cos_t(inv_freq.size()), sin_t(inv_freq.size());
   for (Index t = 0; t < x.dim0(); ++t) {
     detail::rope_cos_sin(positions[t], inv_freq, cos_t.data(), sin_t.data());

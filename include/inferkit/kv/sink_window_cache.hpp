@@ -194,7 +194,7 @@ class BasicSinkWindowCache {
     for (auto& s : state_) s.positions.assign(static_cast<std::size_t>(slots), 0);
     if (policy == PositionPolicy::kCache) {  // cos / sin of every slot position
       rotary_ = detail::rope_rotary_dim(head_dim, rope);
-      const std::vector<double> inv_freq = detail::rope_inv_freq(rotary_, rope.base);
+      const std::vector<double> inv_freq = detail::rope_inv_freq(rotary_, rope);
       cos_.resize(static_cast<std::size_t>(slots) * inv_freq.size());
       sin_.resize(cos_.size());
       for (Index p = 0; p < slots; ++p)

@@ -1,0 +1,445 @@
+// The runner's GGUF models (examples/llama2c/gguf_model.hpp): llama.cpp's own conversion of
+// stories260K gives llama2.c's reference greedy ids; tiny random models of each architecture,
+// written here with inferkit's GgufWriter under the GGUF tensor names, give the logits of an
+// fp64 reference forward written below from the architectures' equations (not the runner's
+// code); unknown architectures and tensor types are refused by name.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cli_util.hpp"
+#include "llama2c/generate.hpp"
+#include "llama2c/llama2c.hpp"
+
+using cli_test::run_cli;
+using llama2c::Index;
+using llama2c::TokenId;
+
+namespace {
+
+std::vector<TokenId> read_ids(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<TokenId> ids;
+  TokenId t;
+  while (f >> t) ids.push_back(t);
+  return ids;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("inferkit_test_gguf_model_" + name)).string();
+}
+
+// ---- a tiny model: its shape, weights (exact in F16 and BF16: multiples of 1/256 below 1) ----
+
+struct Tiny {
+  std::string arch = "llama";
+  int dim = 32, hidden = 48, layers = 2, heads = 4, kv_heads = 2, head = 8, vocab = 40;
+  bool tied = false, rope_freqs = false;
+  double base = 10000.0, eps = 1e-5;
+  inferkit::GgmlType type = inferkit::GgmlType::kF32;
+  // name -> (dims fastest first, values row-major)
+  struct T {
+    std::string name;
+    std::vector<std::uint64_t> dims;
+    std::vector<float> v;
+  };
+  std::vector<T> tensors;
+
+  bool bias() const { return arch == "qwen2"; }
+  bool qk_norm() const { return arch == "qwen3"; }
+  const std::vector<float>& w(const std::string& name) const {
+    for (const auto& t : tensors)
+      if (t.name == name) return t.v;
+    FAIL("no tensor " << name);
+    return tensors[0].v;
+  }
+};
+
+Tiny make_tiny(Tiny m, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> k(-60, 60);
+  const auto add = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, float center = 0.0f) {
+    Tiny::T t{name, rows > 1 ? std::vector<std::uint64_t>{cols, rows} : std::vector<std::uint64_t>{cols}, {}};
+    for (std::uint64_t i = 0; i < cols * rows; ++i) t.v.push_back(center + float(k(rng)) / 256.0f);
+    m.tensors.push_back(std::move(t));
+  };
+  const std::uint64_t d = m.dim, qd = m.heads * m.head, kv = m.kv_heads * m.head, h = m.hidden;
+  add("token_embd.weight", d, m.vocab);
+  add("output_norm.weight", d, 1, 1.0f);
+  if (!m.tied) add("output.weight", d, m.vocab);
+  if (m.rope_freqs) {  // Llama 3.1's factors: 1 for high frequencies, up to 8 for low ones
+    Tiny::T t{"rope_freqs.weight", {std::uint64_t(m.head / 2)}, {}};
+    for (int i = 0; i < m.head / 2; ++i) t.v.push_back(1.0f + 7.0f * float(i) / float(m.head / 2 - 1));
+    m.tensors.push_back(std::move(t));
+  }
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add(b + "attn_norm.weight", d, 1, 1.0f);
+    add(b + "attn_q.weight", d, qd);
+    add(b + "attn_k.weight", d, kv);
+    add(b + "attn_v.weight", d, kv);
+    add(b + "attn_output.weight", qd, d);
+    if (m.bias()) {
+      add(b + "attn_q.bias", qd, 1);
+      add(b + "attn_k.bias", kv, 1);
+      add(b + "attn_v.bias", kv, 1);
+    }
+    if (m.qk_norm()) {
+      add(b + "attn_q_norm.weight", m.head, 1, 1.0f);
+      add(b + "attn_k_norm.weight", m.head, 1, 1.0f);
+    }
+    add(b + "ffn_norm.weight", d, 1, 1.0f);
+    add(b + "ffn_gate.weight", d, h);
+    add(b + "ffn_up.weight", d, h);
+    add(b + "ffn_down.weight", h, d);
+  }
+  return m;
+}
+
+// Writes the model with GgufWriter; matrices in m.type, vectors (norms, biases, factors) in F32
+// as llama.cpp's converters keep them.
+void write_tiny(const Tiny& m, const std::string& path) {
+  inferkit::GgufWriter w;
+  const std::string p = m.arch + ".";
+  w.set("general.architecture", m.arch);
+  w.set<std::uint32_t>(p + "embedding_length", m.dim);
+  w.set<std::uint32_t>(p + "feed_forward_length", m.hidden);
+  w.set<std::uint32_t>(p + "block_count", m.layers);
+  w.set<std::uint32_t>(p + "attention.head_count", m.heads);
+  w.set<std::uint32_t>(p + "attention.head_count_kv", m.kv_heads);
+  w.set<std::uint32_t>(p + "context_length", 64);
+  if (m.head * m.heads != m.dim) w.set<std::uint32_t>(p + "attention.key_length", m.head);
+  w.set<float>(p + "rope.freq_base", float(m.base));
+  w.set<float>(p + "attention.layer_norm_rms_epsilon", float(m.eps));
+  std::vector<std::vector<inferkit::Float16>> f16;
+  std::vector<std::vector<inferkit::BFloat16>> bf16;
+  f16.reserve(m.tensors.size());
+  bf16.reserve(m.tensors.size());
+  for (const auto& t : m.tensors) {
+    if (t.dims.size() == 1 || m.type == inferkit::GgmlType::kF32) {
+      w.add_tensor<float>(t.name, t.dims, t.v);
+    } else if (m.type == inferkit::GgmlType::kF16) {
+      auto& h = f16.emplace_back();
+      for (float x : t.v) h.push_back(inferkit::to_float16(x));
+      w.add_tensor<inferkit::Float16>(t.name, t.dims, h);
+    } else {
+      auto& h = bf16.emplace_back();
+      for (float x : t.v) h.push_back(inferkit::to_bfloat16(x));
+      w.add_tensor<inferkit::BFloat16>(t.name, t.dims, h);
+    }
+  }
+  w.write(path);
+}
+
+// ---- the fp64 reference forward, from the equations ----------------------------------------
+
+using Vec = std::vector<double>;
+
+Vec matvec(const std::vector<float>& w, const Vec& x, std::size_t rows) {  // y = W x, W [rows x x.size()]
+  Vec y(rows, 0.0);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < x.size(); ++c) y[r] += double(w[r * x.size() + c]) * x[c];
+  return y;
+}
+
+Vec rms(const Vec& x, const float* g, double eps) {  // x / sqrt(mean(x^2) + eps) * g
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double inv = 1.0 / std::sqrt(ss / double(x.size()) + eps);
+  Vec y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * double(g[i]);
+  return y;
+}
+
+// RoPE (Su et al. 2021) on one head at position pos: llama rotates (2i, 2i+1), qwen2 / qwen3
+// (i, i + d/2); pair i's angle is pos * base^(-2i/d) / factor_i.
+void rope(double* v, int d, int pos, const Tiny& m) {
+  const bool adjacent = m.arch == "llama";
+  for (int i = 0; i < d / 2; ++i) {
+    double freq = std::pow(m.base, -2.0 * i / d);
+    if (m.rope_freqs) freq /= double(m.w("rope_freqs.weight")[std::size_t(i)]);
+    const double a = pos * freq, c = std::cos(a), s = std::sin(a);
+    const int i0 = adjacent ? 2 * i : i, i1 = adjacent ? 2 * i + 1 : i + d / 2;
+    const double x0 = v[i0], x1 = v[i1];
+    v[i0] = x0 * c - x1 * s;
+    v[i1] = x0 * s + x1 * c;
+  }
+}
+
+// Logits [tokens x vocab] of a causal pass over `ids` from position 0.
+std::vector<Vec> reference_logits(const Tiny& m, const std::vector<TokenId>& ids) {
+  const std::size_t n = ids.size(), d = m.dim, hd = m.head, qd = m.heads * hd, kvd = m.kv_heads * hd;
+  std::vector<Vec> x(n, Vec(d));
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t i = 0; i < d; ++i) x[t][i] = m.w("token_embd.weight")[std::size_t(ids[t]) * d + i];
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    std::vector<Vec> q(n), k(n), v(n);
+    for (std::size_t t = 0; t < n; ++t) {
+      const Vec xn = rms(x[t], m.w(b + "attn_norm.weight").data(), m.eps);
+      q[t] = matvec(m.w(b + "attn_q.weight"), xn, qd);
+      k[t] = matvec(m.w(b + "attn_k.weight"), xn, kvd);
+      v[t] = matvec(m.w(b + "attn_v.weight"), xn, kvd);
+      if (m.bias()) {
+        for (std::size_t i = 0; i < qd; ++i) q[t][i] += m.w(b + "attn_q.bias")[i];
+        for (std::size_t i = 0; i < kvd; ++i)
+          k[t][i] += m.w(b + "attn_k.bias")[i], v[t][i] += m.w(b + "attn_v.bias")[i];
+      }
+      for (int h = 0; h < m.heads; ++h) {
+        double* qh = q[t].data() + std::size_t(h) * hd;
+        if (m.qk_norm()) {
+          const Vec y = rms(Vec(qh, qh + hd), m.w(b + "attn_q_norm.weight").data(), m.eps);
+          std::copy(y.begin(), y.end(), qh);
+        }
+        rope(qh, int(hd), int(t), m);
+      }
+      for (int h = 0; h < m.kv_heads; ++h) {
+        double* kh = k[t].data() + std::size_t(h) * hd;
+        if (m.qk_norm()) {
+          const Vec y = rms(Vec(kh, kh + hd), m.w(b + "attn_k_norm.weight").data(), m.eps);
+          std::copy(y.begin(), y.end(), kh);
+        }
+        rope(kh, int(hd), int(t), m);
+      }
+    }
+    for (std::size_t t = 0; t < n; ++t) {
+      Vec att(qd, 0.0);
+      for (int h = 0; h < m.heads; ++h) {
+        const std::size_t g = std::size_t(h / (m.heads / m.kv_heads));  // grouped-query: the head's KV head
+        Vec s(t + 1);
+        double mx = -1e300, z = 0;
+        for (std::size_t u = 0; u <= t; ++u) {
+          s[u] = 0;
+          for (std::size_t i = 0; i < hd; ++i) s[u] += q[t][h * hd + i] * k[u][g * hd + i];
+          s[u] /= std::sqrt(double(hd));
+          mx = std::max(mx, s[u]);
+        }
+        for (auto& e : s) z += (e = std::exp(e - mx));
+        for (std::size_t u = 0; u <= t; ++u)
+          for (std::size_t i = 0; i < hd; ++i) att[h * hd + i] += s[u] / z * v[u][g * hd + i];
+      }
+      const Vec o = matvec(m.w(b + "attn_output.weight"), att, d);
+      for (std::size_t i = 0; i < d; ++i) x[t][i] += o[i];
+      const Vec xn = rms(x[t], m.w(b + "ffn_norm.weight").data(), m.eps);
+      Vec g = matvec(m.w(b + "ffn_gate.weight"), xn, std::size_t(m.hidden));
+      const Vec u = matvec(m.w(b + "ffn_up.weight"), xn, std::size_t(m.hidden));
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SwiGLU
+      const Vec f = matvec(m.w(b + "ffn_down.weight"), g, d);
+      for (std::size_t i = 0; i < d; ++i) x[t][i] += f[i];
+    }
+  }
+  std::vector<Vec> out(n);
+  const auto& cls = m.tied ? m.w("token_embd.weight") : m.w("output.weight");
+  for (std::size_t t = 0; t < n; ++t)
+    out[t] = matvec(cls, rms(x[t], m.w("output_norm.weight").data(), m.eps), std::size_t(m.vocab));
+  return out;
+}
+
+// The runner's logits for `ids`, fed as one chunk, must match the reference.
+void check_against_reference(const Tiny& shape, std::uint64_t seed) {
+  const Tiny m = make_tiny(shape, seed);
+  const std::string path = temp_path(m.arch + "_" + inferkit::ggml_type_name(m.type) + ".gguf");
+  write_tiny(m, path);
+  const auto model = llama2c::Model::load_any(path);
+  CHECK(model.config().head_size() == m.head);
+  CHECK(model.config().shared_classifier == m.tied);
+  const std::vector<TokenId> ids = {1, 7, 39, 0, 22, 13, 5, 30, 2, 17};
+  llama2c::Cache cache(model.config(), {});
+  std::vector<float> logits(ids.size() * std::size_t(m.vocab));
+  llama2c::forward(model, cache, ids.data(), Index(ids.size()), 0, logits.data());
+  const auto ref = reference_logits(m, ids);
+  double worst = 0, scale = 0;
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    for (int v = 0; v < m.vocab; ++v) {
+      worst =
+          std::max(worst, std::abs(double(logits[t * std::size_t(m.vocab) + std::size_t(v)]) - ref[t][std::size_t(v)]));
+      scale = std::max(scale, std::abs(ref[t][std::size_t(v)]));
+    }
+  INFO(m.arch << " " << inferkit::ggml_type_name(m.type) << ": worst |logit - fp64| " << worst << ", largest |logit| "
+              << scale);
+  CHECK(scale > 0.5);                  // the model does something
+  CHECK(worst < 2e-5 * scale + 1e-5);  // float32 arithmetic over a handful of dot products
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+
+TEST_CASE("stories260K.gguf (llama.cpp's conversion) gives llama2.c's reference greedy ids", "[example][gguf]") {
+  const char* gguf = std::getenv("INFERKIT_TEST_GGUF");
+  if (!gguf) {
+    WARN("INFERKIT_TEST_GGUF is not set: skipped");
+    return;
+  }
+  const auto dir = std::filesystem::path(gguf).parent_path();
+  const auto expect = read_ids((dir / "stories260K_greedy256.txt").string());
+  REQUIRE(expect.size() == 256);
+  const auto m = llama2c::Model::load_any(gguf);
+  CHECK(m.config().dim == 64);
+  CHECK(m.config().n_kv_heads == 4);
+  CHECK_FALSE(m.config().shared_classifier);  // the converter writes output.weight
+  llama2c::SamplingConfig s;
+  s.params.temperature = 0;
+  CHECK(llama2c::generate(m, {}, 256, s) == expect);
+}
+
+TEST_CASE("GGUF llama, qwen2 and qwen3 models match an fp64 reference forward", "[example][gguf]") {
+  SECTION("llama F32, untied, Llama 3 rope_freqs") {
+    Tiny t;
+    t.rope_freqs = true;
+    t.base = 500000.0;
+    check_against_reference(t, 1);
+  }
+  SECTION("llama F16, tied, MHA") {
+    Tiny t;
+    t.type = inferkit::GgmlType::kF16;
+    t.tied = true;
+    t.kv_heads = 4;
+    check_against_reference(t, 2);
+  }
+  SECTION("llama BF16") {
+    Tiny t;
+    t.type = inferkit::GgmlType::kBF16;
+    check_against_reference(t, 3);
+  }
+  SECTION("qwen2: Q/K/V biases, half-split RoPE") {
+    Tiny t;
+    t.arch = "qwen2";
+    t.base = 1000000.0;
+    t.eps = 1e-6;
+    t.tied = true;
+    check_against_reference(t, 4);
+  }
+  SECTION("qwen3: per-head Q/K RMSNorm, head_size * heads != dim") {
+    Tiny t;
+    t.arch = "qwen3";
+    t.head = 16;  // 4 heads x 16 = 64 != dim 32
+    t.type = inferkit::GgmlType::kF16;
+    t.eps = 1e-6;
+    check_against_reference(t, 5);
+  }
+}
+
+TEST_CASE("GGUF models: an unknown architecture and an unsupported tensor type are refused by name",
+          "[example][gguf]") {
+  SECTION("architecture") {
+    Tiny t = make_tiny({}, 6);
+    t.arch = "gpt2";
+    const std::string path = temp_path("gpt2.gguf");
+    write_tiny(t, path);
+    CHECK_THROWS_WITH(llama2c::Model::load_any(path), Catch::Contains("general.architecture = 'gpt2'"));
+    std::filesystem::remove(path);
+  }
+  SECTION("tensor type") {
+    const Tiny t = make_tiny({}, 7);
+    const std::string src = temp_path("f32.gguf");
+    write_tiny(t, src);
+    const auto file = inferkit::GgufFile::open(src);
+    const inferkit::GgufWriter w = inferkit::GgufWriter::from(file);
+    // blk.1.ffn_up as Q8_0: blocks of 32 = a binary16 scale and 32 int8 codes (34 bytes)
+    std::vector<std::byte> q8(std::size_t(t.hidden) * (std::size_t(t.dim) / 32) * 34, std::byte{0});
+    inferkit::GgufWriter out;
+    for (const auto& kv : w.metadata()) out.set(kv.key, kv.value);
+    for (const auto& x : w.tensors())
+      if (x.name == "blk.1.ffn_up.weight")
+        out.add_tensor(x.name, inferkit::GgmlType::kQ8_0, x.dims, q8);
+      else
+        out.add_tensor(x.name, x.type, x.dims, x.data);
+    const std::string path = temp_path("q8.gguf");
+    out.write(path);
+    CHECK_THROWS_WITH(llama2c::Model::load_any(path),
+                      Catch::Contains("'blk.1.ffn_up.weight'") && Catch::Contains("Q8_0"));
+    std::filesystem::remove(path);
+    std::filesystem::remove(src);
+  }
+}
+
+namespace {
+
+// The lines of `out` made only of ids (the CLI's --print-ids line), as one list.
+std::vector<TokenId> id_lines(const std::string& out) {
+  std::istringstream lines(out);
+  std::string l;
+  std::vector<TokenId> got;
+  while (std::getline(lines, l))
+    if (!l.empty() && l.find_first_not_of("0123456789 ") == std::string::npos) {
+      std::istringstream in(l);
+      TokenId t;
+      while (in >> t) got.push_back(t);
+    }
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("convert: stories260K.bin written as GGUF by the runner gives the reference greedy ids", "[example][gguf]") {
+  const std::string bin = cli_test::test_model();
+  if (bin.empty()) {
+    WARN("INFERKIT_TEST_MODEL is not set: skipped");
+    return;
+  }
+  const auto expect = read_ids((std::filesystem::path(bin).parent_path() / "stories260K_greedy256.txt").string());
+  const std::string out = temp_path("converted.gguf");
+  const auto [status, log] = run_cli("convert --model " + bin + " --out " + out);
+  INFO(log);
+  REQUIRE(status == 0);
+  const auto f = inferkit::GgufFile::open(out);
+  CHECK(f.get<std::string>("general.architecture") == "llama");
+  CHECK_FALSE(f.find_tensor("output.weight").has_value());  // llama2.c's shared classifier: tied
+  const auto [gs, gen] = run_cli("generate --model " + out + " --temperature 0 --steps 256 --print-ids");
+  REQUIRE(gs == 0);
+  CHECK(id_lines(gen) == expect);
+  std::filesystem::remove(out);
+}
+
+TEST_CASE("text in, text out: a GGUF model with llama.cpp's SentencePiece vocabulary", "[example][gguf]") {
+  const char* dir = std::getenv("INFERKIT_TEST_VOCAB_DIR");
+  if (!dir) {
+    WARN("INFERKIT_TEST_VOCAB_DIR is not set: skipped");
+    return;
+  }
+  const std::string vocab = std::string(dir) + "/ggml-vocab-llama-spm.gguf";
+  // llama.cpp's ids for "Hello world" and " Hello world!" (ggml-vocab-llama-spm.gguf.out), BOS = 1 first.
+  auto [ts, tok] = run_cli("tokenize --model " + vocab + " --text \"Hello world\"");
+  REQUIRE(ts == 0);
+  CHECK(id_lines(tok) == std::vector<TokenId>{1, 15043, 3186});
+  std::tie(ts, tok) = run_cli("tokenize --model " + vocab + " --text \" Hello world!\"");
+  CHECK(id_lines(tok) == std::vector<TokenId>{1, 29871, 15043, 3186, 29991});
+  std::tie(ts, tok) = run_cli("tokenize --model " + vocab + " --ids \"15043 29892 3186 29991\"");
+  CHECK(tok == "Hello, world!\n");
+  CHECK_THAT(run_cli("tokenize --model " + vocab).second, Catch::Contains("tokenize needs one of --text"));
+
+  // The same random weights as a llama2.c checkpoint and as GGUF with the vocabulary: the text
+  // prompt must run exactly as llama.cpp's ids of it do on the checkpoint.
+  const std::string shape =
+      "--dim 64 --hidden 96 --layers 2 --heads 4 --kv-heads 2 --vocab 32000 --seq-len 64 --seed 9";
+  const std::string bin = temp_path("spm.bin"), gguf = temp_path("spm.gguf");
+  REQUIRE(run_cli("make-random " + shape + " --out " + bin).first == 0);
+  REQUIRE(run_cli("make-random " + shape + " --out " + gguf + " --vocab-from " + vocab).first == 0);
+  const auto [bs, by_ids] =
+      run_cli("generate --model " + bin + " --prompt-ids \"15043 3186\" --temperature 0 --steps 12 --print-ids");
+  REQUIRE(bs == 0);
+  const auto [gs, by_text] =
+      run_cli("generate --model " + gguf + " --prompt \"Hello world\" --temperature 0 --steps 12 --print-ids");
+  INFO(by_text);
+  REQUIRE(gs == 0);
+  const auto ids = id_lines(by_ids);
+  REQUIRE(ids.size() == 12);
+  CHECK(id_lines(by_text) == ids);
+  // The streamed text: the prompt, then the generated tokens' text (decoded by the vocabulary).
+  std::string id_text;
+  for (TokenId t : ids) id_text += " " + std::to_string(t);
+  const auto [ds, decoded] = run_cli("tokenize --model " + vocab + " --ids \"" + id_text + "\"");
+  REQUIRE(ds == 0);
+  CHECK(by_text.rfind("Hello world", 0) == 0);
+  CHECK(by_text.find(decoded.substr(0, decoded.size() - 1)) != std::string::npos);
+  std::filesystem::remove(bin);
+  std::filesystem::remove(gguf);
+}
