@@ -28,16 +28,17 @@ using inferkit::Index;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  static constexpr GgmlType kTypes[] = {
-      GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
-      GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K,
-      GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_K, GgmlType::kIQ4_NL};
+  static constexpr GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,  GgmlType::kQ8_0,
+                                        GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,  GgmlType::kQ5_1,
+                                        GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,  GgmlType::kQ5_K,
+                                        GgmlType::kQ6_K, GgmlType::kQ8_K, GgmlType::kIQ4_NL};
   const GgmlType t = in.ConsumeBool() ? kTypes[in.ConsumeIntegralInRange<int>(0, 14)]
                                       : static_cast<GgmlType>(in.ConsumeIntegralInRange<std::uint32_t>(0, 50));
   const Index rows = in.ConsumeIntegralInRange<Index>(0, 3);
-  const Index cols = in.ConsumeBool() ? 256 * in.ConsumeIntegralInRange<Index>(0, 2)
-                                      : in.ConsumeIntegralInRange<Index>(0, 600);
-  const std::vector<std::uint8_t> bytes = in.ConsumeBytes<std::uint8_t>(in.ConsumeIntegralInRange<std::size_t>(0, 3 * 600 * 4));
+  const Index cols =
+      in.ConsumeBool() ? 256 * in.ConsumeIntegralInRange<Index>(0, 2) : in.ConsumeIntegralInRange<Index>(0, 600);
+  const std::vector<std::uint8_t> bytes =
+      in.ConsumeBytes<std::uint8_t>(in.ConsumeIntegralInRange<std::size_t>(0, 3 * 600 * 4));
   inferkit::GgmlWeights w;
   if (!fuzz::ok([&] { w = inferkit::GgmlWeights::view(t, rows, cols, std::as_bytes(std::span(bytes)), "fuzz"); }))
     return 0;

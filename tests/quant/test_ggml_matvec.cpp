@@ -120,3 +120,28 @@ TEST_CASE("ggml_matmul, block types: extreme factors, maximum codes, many tokens
     }
   }
 }
+
+TEST_CASE("ggml_matvec_float: every type within float rounding of fp64, any thread count", "[quant][ggml]") {
+  std::vector<GgmlType> types = ggml_test::block_types();
+  for (GgmlType t : types) {
+    const Index bs = inferkit::ggml_block_size(t), rows = 21, cols = 3 * 256;
+    const auto v = ggml_test::random_blocks(t, static_cast<std::size_t>(rows * cols / bs), 31, 0.05);
+    const auto w = GgmlWeights::view(t, rows, cols, std::as_bytes(std::span(v)), "w");
+    const Decoded d = decode_all(t, v, rows, cols);
+    const quant_test::Mat x = quant_test::normal(1, cols, 6, 1.0f);
+    std::vector<float> y(static_cast<std::size_t>(rows)), y2(y.size());
+    inferkit::ggml_matvec_float(w, std::span(x.row(0), static_cast<std::size_t>(cols)), y, 1);
+    inferkit::ggml_matvec_float(w, std::span(x.row(0), static_cast<std::size_t>(cols)), y2, 2);
+    CHECK(y == y2);
+    for (Index n = 0; n < rows; ++n) {
+      double ref = 0, mag = 0;
+      for (Index k = 0; k < cols; ++k) {
+        ref += d.at(n, k).w * x(0, k);
+        mag += std::abs(d.at(n, k).w * x(0, k));
+      }
+      INFO(inferkit::ggml_type_name(t) << " row " << n);
+      // Float sum of K products of exactly dequantized weights: gamma_K sum |w x| (Higham).
+      REQUIRE(std::abs(double(y[static_cast<std::size_t>(n)]) - ref) <= 1.01 * double(cols) * quant_test::kEps * mag);
+    }
+  }
+}

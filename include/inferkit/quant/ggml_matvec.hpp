@@ -29,6 +29,7 @@
 #include "inferkit/core/convert.hpp"
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/half.hpp"
+#include "inferkit/core/simd.hpp"
 #include "inferkit/core/threading.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/detail/activation_rows.hpp"
@@ -162,6 +163,26 @@ inline void ggml_matvec(const GgmlWeights& w, std::span<const float> x, std::spa
   detail::require_finite_span(x, "x");
   detail::ggml_product(w, MatrixView<const float>(x.data(), 1, w.cols()), MatrixView<float>(y.data(), 1, w.rows()),
                        detail::matvec_threads(num_threads, w.rows() * w.cols()), path);
+}
+
+/// y = W x with float activations for every type: each row dequantized exactly
+/// (ggml_dequantize_row) and multiplied in float, y_n = sum_k w(n, k) x_k within float rounding
+/// of the fp64 product (no activation quantization). The accuracy reference beside ggml_matvec's
+/// int8 road; its dequantization runs weight by weight, so it is not a decode fast path. The
+/// same errors as ggml_matvec; same bits on any thread count.
+inline void ggml_matvec_float(const GgmlWeights& w, std::span<const float> x, std::span<float> y, int num_threads) {
+  require_thread_count("num_threads", num_threads);
+  detail::check_matvec_shapes(w.rows(), w.cols(), x, y);
+  detail::require_finite_span(x, "x");
+  const Index N = w.rows(), K = w.cols(), items = ceil_div(N, detail::kGgmlRowsPerItem);
+  const auto make = [&] { return std::vector<float>(static_cast<std::size_t>(K)); };
+  detail::parallel_items_with(
+      detail::matvec_threads(num_threads, N * K), items, make, [&](std::vector<float>& row, Index i) {
+        for (Index n = i * detail::kGgmlRowsPerItem; n < std::min(N, (i + 1) * detail::kGgmlRowsPerItem); ++n) {
+          detail::ggml_dequantize(w.type(), w.row(n), K, row.data());
+          y[static_cast<std::size_t>(n)] = simd::dot(row.data(), x.data(), static_cast<std::size_t>(K));
+        }
+      });
 }
 
 /// Y = X W^T: Y(t, n) = sum_k W(n, k) X(t, k) for the T rows of `x` (file comment). Throws

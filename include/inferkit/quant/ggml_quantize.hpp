@@ -92,7 +92,7 @@ inline void ggml_quantize_block32(GgmlType t, const float* x, std::uint8_t* b) {
   int u[32];
   const bool five = t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1;
   if (t == GgmlType::kQ8_0) {
-    const float d = ggml_put_half(b, abs_max(x, 32) / 127.0f);
+    const float d = ggml_put_half(b, std::abs(ggml_signed_max(x, 32)) / 127.0f);
     for (int i = 0; i < 32; ++i)
       b[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(symmetric_code(x[i], d, 127)));
     return;
