@@ -43,6 +43,23 @@ inline bool matches(const inferkit::Grammar& g, const std::string& text) {
   return m.accept_bytes(text) && m.is_complete();
 }
 
+/// A copy of `v` without SentencePiece's dummy space prefix and BOS (a JSON text then tokenizes
+/// as itself).
+inline inferkit::Vocabulary without_space_prefix(const inferkit::Vocabulary& v) {
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<inferkit::TokenType> types;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    pieces.push_back(v.piece(static_cast<inferkit::TokenId>(i)));
+    scores.push_back(v.score(static_cast<inferkit::TokenId>(i)));
+    types.push_back(v.type(static_cast<inferkit::TokenId>(i)));
+  }
+  inferkit::VocabularyConfig cfg = v.config();
+  cfg.add_space_prefix = false;
+  cfg.add_bos = false;
+  return inferkit::Vocabulary(std::move(pieces), std::move(scores), std::move(types), {}, cfg);
+}
+
 /// A SentencePiece vocabulary: <unk>, <s>, </s> (control, EOS = 2), the 256 byte tokens, then
 /// `texts` (duplicates and empty strings dropped; spaces stay spaces).
 inline inferkit::Vocabulary synthetic_vocabulary(const std::vector<std::string>& texts) {

@@ -25,60 +25,18 @@
 #include "inferkit/io/gguf.hpp"
 #include "inferkit/tokenizer/gguf_vocabulary.hpp"
 #include "inferkit/tokenizer/tokenizer.hpp"
+#include "schema_judge.hpp"
 
 using inferkit::ByteMatcher;
 using inferkit::Grammar;
 using inferkit::JsonValue;
 
+using grammar_test::judge;
+using grammar_test::schema_cases;
+using grammar_test::SchemaCase;
+using grammar_test::without_space_prefix;
+
 namespace {
-
-struct SchemaCase {
-  std::string name;
-  const JsonValue* schema;
-  std::vector<std::string> valid, invalid;
-};
-
-const JsonValue& schema_file() {
-  static const JsonValue v =
-      inferkit::parse_json(grammar_test::read_file(std::string(INFERKIT_GRAMMAR_TEST_DATA) + "/schemas.json"));
-  return v;
-}
-
-std::vector<SchemaCase> schema_cases() {
-  std::vector<SchemaCase> out;
-  for (const JsonValue& c : schema_file().items) {
-    SchemaCase s{c.find("name")->text, c.find("schema"), {}, {}};
-    for (const JsonValue& t : c.find("valid")->items) s.valid.push_back(t.text);
-    for (const JsonValue& t : c.find("invalid")->items) s.invalid.push_back(t.text);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// Runs data/judge.py over (schema, instances) pairs: one string of '0' / '1' per schema.
-std::vector<std::string> judge(const std::vector<std::pair<const JsonValue*, std::vector<std::string>>>& cases) {
-  const std::string in = "grammar_judge_in.json", out = "grammar_judge_out.txt";
-  {
-    std::ofstream f(in, std::ios::binary);
-    std::string text = "[";
-    for (std::size_t i = 0; i < cases.size(); ++i) {
-      text += (i ? ",{\"schema\":" : "{\"schema\":") + cases[i].first->dump() + ",\"instances\":[";
-      for (std::size_t k = 0; k < cases[i].second.size(); ++k) {
-        if (k) text += ',';
-        JsonValue::quote(cases[i].second[k], text);
-      }
-      text += "]}";
-    }
-    f << text << "]";
-  }
-  const std::string cmd = "python3 " + std::string(INFERKIT_GRAMMAR_TEST_DATA) + "/judge.py " + in + " > " + out;
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  std::ifstream f(out);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(f, line);) lines.push_back(line == "-" ? "" : line);
-  REQUIRE(lines.size() == cases.size());
-  return lines;
-}
 
 // The byte offset where `text` stops being a prefix of the language (text.size() when it never does).
 std::size_t first_leaving_byte(const Grammar& g, const std::string& text) {
@@ -103,21 +61,6 @@ std::size_t oracle_leaving_byte(const Grammar& g, const std::string& text) {
     if (!m.test(static_cast<unsigned char>(text[i]))) return i;
   }
   return text.size();
-}
-
-inferkit::Vocabulary without_space_prefix(const inferkit::Vocabulary& v) {
-  std::vector<std::string> pieces;
-  std::vector<float> scores;
-  std::vector<inferkit::TokenType> types;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    pieces.push_back(v.piece(static_cast<inferkit::TokenId>(i)));
-    scores.push_back(v.score(static_cast<inferkit::TokenId>(i)));
-    types.push_back(v.type(static_cast<inferkit::TokenId>(i)));
-  }
-  inferkit::VocabularyConfig cfg = v.config();
-  cfg.add_space_prefix = false;
-  cfg.add_bos = false;
-  return inferkit::Vocabulary(std::move(pieces), std::move(scores), std::move(types), {}, cfg);
 }
 
 }  // namespace
@@ -168,7 +111,8 @@ TEST_CASE("JSON Schema: valid instances accepted token by token under real token
     INFO(name);
     const auto file = inferkit::GgufFile::open(*vdir + "/ggml-vocab-" + std::string(name) + ".gguf");
     const inferkit::Tokenizer tok(without_space_prefix(inferkit::vocabulary_from_gguf(file)));
-    const auto trie = std::make_shared<const inferkit::TokenTrie>(inferkit::TokenTrie::from_vocabulary(tok.vocabulary()));
+    const auto trie =
+        std::make_shared<const inferkit::TokenTrie>(inferkit::TokenTrie::from_vocabulary(tok.vocabulary()));
     std::size_t tokens = 0;
     for (const auto& c : cases) {
       INFO(c.name);
@@ -254,7 +198,8 @@ TEST_CASE("JSON Schema: unsupported keywords are errors naming keyword and JSON 
              Catch::Contains("'additionalProperties' at '#'"));
   CHECK_THAT(message(R"({"type":"object","properties":{"a":{}},"required":["b"]})"), Catch::Contains("'b'"));
   CHECK_THAT(message(R"({"type":"string","format":"email"})"), Catch::Contains("'format'") && Catch::Contains("email"));
-  CHECK_THAT(message(R"j({"type":"string","pattern":"(a)\\1"})j"), Catch::Contains("'pattern'") && Catch::Contains("byte"));
+  CHECK_THAT(message(R"j({"type":"string","pattern":"(a)\\1"})j"),
+             Catch::Contains("'pattern'") && Catch::Contains("byte"));
   CHECK_THAT(message(R"j({"type":"string","pattern":"(?=a)"})j"), Catch::Contains("'pattern'"));
   CHECK_THAT(message(R"({"$ref":"#/$defs/missing"})"), Catch::Contains("'$ref'"));
   CHECK_THAT(message(R"({"type":"number","minimum":0.5})"), Catch::Contains("'minimum'"));

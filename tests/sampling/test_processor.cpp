@@ -11,6 +11,7 @@
 #include <utility>
 #include <variant>
 
+#include "inferkit/grammar/gbnf.hpp"
 #include "inferkit/sampling/processor.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 
@@ -205,6 +206,25 @@ struct Example<ik::BeginSuppressTokens> {
   static constexpr const char* kText = "begin_suppress_tokens(2)";
   static void free(std::span<float> x, const Context& k, const ik::BeginSuppressTokens& q) {
     ik::apply_begin_suppress_tokens(x, q, k.generated);
+  }
+};
+template <>
+struct Example<ik::GrammarConstraint> {  // token i stands for the digit i % 10; the grammar wants [0-8]+ (no 9, no EOS)
+  static ik::GrammarConstraint rule(std::size_t vocab) {
+    std::vector<std::string> bytes(vocab);
+    for (std::size_t i = 0; i < vocab; ++i) bytes[i] = i == kEos ? std::string() : std::to_string(i % 10);
+    const std::vector<std::string_view> views(bytes.begin(), bytes.end());
+    return {std::make_shared<const ik::TokenMasker>(
+        std::make_shared<const ik::Grammar>(ik::parse_gbnf("root ::= [0-8]+")),
+        std::make_shared<const ik::TokenTrie>(views, std::vector<TokenId>{kEos}))};
+  }
+  static constexpr const char* kText = "grammar(2)";
+  static void free(std::span<float> x, const Context&, const ik::GrammarConstraint& q) {
+    ik::TokenBitset mask(x.size());  // per token through the byte matcher, not the trie walk
+    const ik::ByteMatcher start(q.masker->grammar());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (q.masker->allows(start, static_cast<TokenId>(i))) mask.set(static_cast<TokenId>(i));
+    ik::apply_grammar_mask(x, mask);
   }
 };
 

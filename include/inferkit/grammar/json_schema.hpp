@@ -62,14 +62,17 @@ inline std::string nonnegative_range(long long lo, long long hi) {
     const bool b_nines = b.find_first_not_of('9', 1) == std::string::npos;
     std::vector<std::string> parts;
     char from = a[0], to = b[0];
-    auto any = [&](std::size_t k) { return k == 0 ? std::string() : " [0-9]" + (k > 1 ? "{" + std::to_string(k) + "}" : std::string()); };
+    auto any = [&](std::size_t k) {
+      return k == 0 ? std::string() : " [0-9]" + (k > 1 ? "{" + std::to_string(k) + "}" : std::string());
+    };
     if (!a_zeros) {
       parts.push_back(gbnf_quote(a.substr(0, 1)) + " (" + self(self, a.substr(1), std::string(n, '9')) + ")");
       ++from;
     }
     if (!b_nines) --to;
     if (from <= to) parts.push_back("[" + std::string(1, from) + "-" + std::string(1, to) + "]" + any(n));
-    if (!b_nines) parts.push_back(gbnf_quote(b.substr(0, 1)) + " (" + self(self, std::string(n, '0'), b.substr(1)) + ")");
+    if (!b_nines)
+      parts.push_back(gbnf_quote(b.substr(0, 1)) + " (" + self(self, std::string(n, '0'), b.substr(1)) + ")");
     std::string out = "(";
     for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? " | " : "") + parts[i];
     return out + ")";
@@ -101,8 +104,9 @@ class SchemaConverter {
 
  private:
   [[noreturn]] static void unsupported(std::string_view keyword, const std::string& pointer, std::string_view why) {
-    throw_invalid_argument("JSON Schema keyword '" + std::string(keyword) + "' at '" + (pointer.empty() ? "#" : "#" + pointer) + "'",
-                           "unsupported", why);
+    throw_invalid_argument(
+        "JSON Schema keyword '" + std::string(keyword) + "' at '" + (pointer.empty() ? "#" : "#" + pointer) + "'",
+        "unsupported", why);
   }
 
   std::string helper(const std::string& name) {
@@ -110,7 +114,8 @@ class SchemaConverter {
     static const std::map<std::string, std::string> kHelpers = {
         {"ws", R"(| " " | "\n" [ \t]{0,20})"},
         {"jchar", R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))"},
-        {"jchar-bmp", R"([^"\\\x00-\x1F] | "\\" ["\\/bfnrt] | "\\u" ([0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))"},
+        {"jchar-bmp",
+         R"([^"\\\x00-\x1F] | "\\" ["\\/bfnrt] | "\\u" ([0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))"},
         {"string", R"("\"" jchar* "\"")"},
         {"number", R"("-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?)"},
         {"integer", R"("-"? ("0" | [1-9] [0-9]*))"},
@@ -120,11 +125,13 @@ class SchemaConverter {
         {"object", R"("{" ws (string ws ":" ws value ws ("," ws string ws ":" ws value ws)*)? "}")"},
         {"array", R"("[" ws (value ws ("," ws value ws)*)? "]")"},
         {"d2", R"([0-9] [0-9])"},
-        {"date", R"([0-9]{4} "-" ("0" [13578] "-" day31 | "1" [02] "-" day31 | "0" [469] "-" day30 | "11" "-" day30 | "02" "-" day28))"},
+        {"date",
+         R"([0-9]{4} "-" ("0" [13578] "-" day31 | "1" [02] "-" day31 | "0" [469] "-" day30 | "11" "-" day30 | "02" "-" day28))"},
         {"day31", R"("0" [1-9] | [12] [0-9] | "3" [01])"},
         {"day30", R"("0" [1-9] | [12] [0-9] | "30")"},
         {"day28", R"("0" [1-9] | "1" [0-9] | "2" [0-8])"},
-        {"time", R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]+)? ("Z" | "z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
+        {"time",
+         R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]+)? ("Z" | "z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
         {"hex4", R"([0-9a-fA-F]{4})"},
         {"uuid", R"(hex4 hex4 "-" hex4 "-" hex4 "-" hex4 "-" hex4 hex4 hex4)"},
     };
@@ -137,9 +144,11 @@ class SchemaConverter {
       if (d == name || rules_.count(d)) continue;
       std::size_t at = body.find(d);
       while (at != std::string::npos) {
-        const bool left_ok = at == 0 || !(std::isalnum(static_cast<unsigned char>(body[at - 1])) || body[at - 1] == '-' || body[at - 1] == '"');
+        const bool left_ok = at == 0 || !(std::isalnum(static_cast<unsigned char>(body[at - 1])) ||
+                                          body[at - 1] == '-' || body[at - 1] == '"');
         const std::size_t e = at + d.size();
-        const bool right_ok = e >= body.size() || !(std::isalnum(static_cast<unsigned char>(body[e])) || body[e] == '-' || body[e] == '"');
+        const bool right_ok = e >= body.size() ||
+                              !(std::isalnum(static_cast<unsigned char>(body[e])) || body[e] == '-' || body[e] == '"');
         if (left_ok && right_ok) {
           helper(d);
           break;
@@ -163,16 +172,17 @@ class SchemaConverter {
       if (ref.rfind(p, 0) != 0) continue;
       const JsonValue* defs = root_.find(p.substr(2, p.size() - 3));
       const JsonValue* target = defs ? defs->find(ref.substr(p.size())) : nullptr;
-      if (!target) unsupported("$ref", pointer, "must name a schema under $defs or definitions (\"" + ref + "\" does not)");
+      if (!target)
+        unsupported("$ref", pointer, "must name a schema under $defs or definitions (\"" + ref + "\" does not)");
       return *target;
     }
     unsupported("$ref", pointer, "must be \"#\", \"#/$defs/NAME\" or \"#/definitions/NAME\" (got \"" + ref + "\")");
   }
 
   static const std::set<std::string>& annotations() {
-    static const std::set<std::string> k = {"title",      "description", "default",  "examples", "$schema",
-                                            "$id",        "$comment",    "deprecated", "readOnly", "writeOnly",
-                                            "$defs",      "definitions"};
+    static const std::set<std::string> k = {"title",    "description", "default",  "examples",
+                                            "$schema",  "$id",         "$comment", "deprecated",
+                                            "readOnly", "writeOnly",   "$defs",    "definitions"};
     return k;
   }
   static bool is_keyword_of(const std::string& k, const std::set<std::string>& s) { return s.count(k) != 0; }
@@ -183,11 +193,25 @@ class SchemaConverter {
       return helper("value");
     }
     if (s.kind != JsonValue::Kind::kObject) unsupported("(schema)", ptr, "must be an object or a boolean");
-    static const std::set<std::string> kKnown = {"type",      "properties", "required",  "additionalProperties",
-                                                 "items",     "minItems",   "maxItems",  "enum",
-                                                 "const",     "anyOf",      "$ref",      "pattern",
-                                                 "format",    "minimum",    "maximum",   "exclusiveMinimum",
-                                                 "exclusiveMaximum", "minLength", "maxLength"};
+    static const std::set<std::string> kKnown = {"type",
+                                                 "properties",
+                                                 "required",
+                                                 "additionalProperties",
+                                                 "items",
+                                                 "minItems",
+                                                 "maxItems",
+                                                 "enum",
+                                                 "const",
+                                                 "anyOf",
+                                                 "$ref",
+                                                 "pattern",
+                                                 "format",
+                                                 "minimum",
+                                                 "maximum",
+                                                 "exclusiveMinimum",
+                                                 "exclusiveMaximum",
+                                                 "minLength",
+                                                 "maxLength"};
     std::vector<std::string> constraining;
     for (const auto& [k, v] : s.members) {
       if (annotations().count(k)) continue;
@@ -217,7 +241,8 @@ class SchemaConverter {
     }
     if (const JsonValue* any = s.find("anyOf")) {
       only("anyOf", {});
-      if (any->kind != JsonValue::Kind::kArray || any->items.empty()) unsupported("anyOf", ptr, "must be a non-empty array");
+      if (any->kind != JsonValue::Kind::kArray || any->items.empty())
+        unsupported("anyOf", ptr, "must be a non-empty array");
       std::string body;
       for (std::size_t i = 0; i < any->items.size(); ++i)
         body += (i ? " | " : "") + visit(any->items[i], ptr + "/anyOf/" + std::to_string(i));
@@ -226,8 +251,10 @@ class SchemaConverter {
     std::set<std::string> types;
     if (const JsonValue* t = s.find("type")) {
       auto add = [&](const JsonValue& v) {
-        static const std::set<std::string> kTypes = {"string", "number", "integer", "boolean", "null", "object", "array"};
-        if (v.kind != JsonValue::Kind::kString || !kTypes.count(v.text)) unsupported("type", ptr, "must name JSON types");
+        static const std::set<std::string> kTypes = {"string", "number", "integer", "boolean",
+                                                     "null",   "object", "array"};
+        if (v.kind != JsonValue::Kind::kString || !kTypes.count(v.text))
+          unsupported("type", ptr, "must name JSON types");
         types.insert(v.text);
       };
       if (t->kind == JsonValue::Kind::kArray) {
@@ -256,7 +283,8 @@ class SchemaConverter {
         if (k == "properties" || k == "required" || k == "additionalProperties") types.insert("object");
         if (k == "items" || k == "minItems" || k == "maxItems") types.insert("array");
         if (k == "pattern" || k == "format" || k == "minLength" || k == "maxLength") types.insert("string");
-        if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") types.insert("number");
+        if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum")
+          types.insert("number");
       }
       if (types.empty()) return helper("value");
       if (types.size() > 1) unsupported(constraining[0], ptr, "mixes keywords of several types without 'type'");
@@ -320,8 +348,9 @@ class SchemaConverter {
     if (!props || props->members.empty()) {
       if (!required.empty()) unsupported("required", ptr, "needs properties");
       if (extra && extra->kind == JsonValue::Kind::kBool && !extra->boolean) return fresh(R"("{" ws "}")");
-      const std::string v = extra && extra->kind == JsonValue::Kind::kObject ? visit(*extra, ptr + "/additionalProperties")
-                                                                              : helper("value");
+      const std::string v = extra && extra->kind == JsonValue::Kind::kObject
+                                ? visit(*extra, ptr + "/additionalProperties")
+                                : helper("value");
       helper("string");
       return fresh("\"{\" ws (string ws \":\" ws " + v + " ws (\",\" ws string ws \":\" ws " + v + " ws)*)? \"}\"");
     }
@@ -359,7 +388,8 @@ class SchemaConverter {
 
   std::string array(const JsonValue& s, const std::string& ptr) {
     const JsonValue* items = s.find("items");
-    if (items && items->kind == JsonValue::Kind::kArray) unsupported("items", ptr, "must be one schema (tuples are not supported)");
+    if (items && items->kind == JsonValue::Kind::kArray)
+      unsupported("items", ptr, "must be one schema (tuples are not supported)");
     const std::string item = items ? visit(*items, ptr + "/items") : helper("value");
     const long long lo = count_of(s, "minItems", ptr, 0), hi = count_of(s, "maxItems", ptr, -1);
     if (hi >= 0 && hi < lo) unsupported("maxItems", ptr, "must be at least minItems");
@@ -376,7 +406,8 @@ class SchemaConverter {
     const JsonValue* pattern = s.find("pattern");
     const JsonValue* format = s.find("format");
     const bool lengths = s.find("minLength") || s.find("maxLength");
-    if (pattern && (format || lengths)) unsupported(format ? "format" : "minLength", ptr, "cannot be combined with pattern");
+    if (pattern && (format || lengths))
+      unsupported(format ? "format" : "minLength", ptr, "cannot be combined with pattern");
     if (format && lengths) unsupported("minLength", ptr, "cannot be combined with format");
     if (pattern) {
       if (pattern->kind != JsonValue::Kind::kString) unsupported("pattern", ptr, "must be a string");
@@ -405,8 +436,8 @@ class SchemaConverter {
     if (lengths) {
       const long long lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
       if (hi >= 0 && hi < lo) unsupported("maxLength", ptr, "must be at least minLength");
-      return fresh("\"\\\"\" " + helper("jchar-bmp") + "{" + std::to_string(lo) + "," + (hi < 0 ? "" : std::to_string(hi)) +
-                   "} \"\\\"\"");
+      return fresh("\"\\\"\" " + helper("jchar-bmp") + "{" + std::to_string(lo) + "," +
+                   (hi < 0 ? "" : std::to_string(hi)) + "} \"\\\"\"");
     }
     return helper("string");
   }
@@ -424,7 +455,8 @@ class SchemaConverter {
         unsupported(key, ptr, "must be an integer for type number (fractional bounds are not supported)");
       return v->number;
     };
-    if (!integer && (xmn || xmx)) unsupported(xmn ? "exclusiveMinimum" : "exclusiveMaximum", ptr, "is supported for integers only");
+    if (!integer && (xmn || xmx))
+      unsupported(xmn ? "exclusiveMinimum" : "exclusiveMaximum", ptr, "is supported for integers only");
     bool has_lo = false, has_hi = false;
     long long lo = 0, hi = 0;
     auto tighten_lo = [&](long long v) { lo = has_lo ? std::max(lo, v) : v, has_lo = true; };

@@ -27,11 +27,11 @@ inline constexpr std::size_t kMaxJsonDepth = 256;
 struct JsonValue {
   /// The JSON type.
   enum class Kind : std::uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
-  Kind kind = Kind::kNull;  ///< which type
-  bool boolean = false;     ///< kBool: the value
-  double number = 0;        ///< kNumber: the value as a double
-  std::string text;         ///< kNumber: as written; kString: the decoded string (UTF-8)
-  std::vector<JsonValue> items;                             ///< kArray: the elements
+  Kind kind = Kind::kNull;                                 ///< which type
+  bool boolean = false;                                    ///< kBool: the value
+  double number = 0;                                       ///< kNumber: the value as a double
+  std::string text;                                        ///< kNumber: as written; kString: the decoded string (UTF-8)
+  std::vector<JsonValue> items;                            ///< kArray: the elements
   std::vector<std::pair<std::string, JsonValue>> members;  ///< kObject: key-value pairs as written
 
   /// The first member named `key` of an object, or nullptr (also for non-objects).
@@ -42,9 +42,7 @@ struct JsonValue {
     return nullptr;
   }
   /// Whether the number is an integer (no fraction or exponent in its text, or a whole value).
-  bool is_integer() const {
-    return kind == Kind::kNumber && text.find_first_of(".eE") == std::string::npos;
-  }
+  bool is_integer() const { return kind == Kind::kNumber && text.find_first_of(".eE") == std::string::npos; }
   /// Compact JSON text (strings escaped as JSON requires, numbers as written).
   std::string dump() const {
     std::string out;
@@ -240,7 +238,10 @@ class JsonParser {
     for (int k = 0; k < 4; ++k, ++i_) {
       if (i_ >= s_.size()) fail("4 hex digits");
       const char h = s_[i_];
-      const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      const int d = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
       if (d < 0) fail("a hex digit");
       v = v * 16 + static_cast<unsigned>(d);
     }

@@ -32,9 +32,9 @@ enum class RegexText : std::uint8_t {
 
 /// A converted pattern: its GBNF expression and whether it was anchored at each end.
 struct RegexExpression {
-  std::string gbnf;          ///< a GBNF expression (no rule definitions)
-  bool anchored_start;       ///< the pattern began with ^
-  bool anchored_end;         ///< the pattern ended with $
+  std::string gbnf;     ///< a GBNF expression (no rule definitions)
+  bool anchored_start;  ///< the pattern began with ^
+  bool anchored_end;    ///< the pattern ended with $
 };
 
 /// The GBNF expression of one character class written as `text` (file comment); "" when the class
@@ -76,7 +76,12 @@ inline std::string gbnf_chars(const CharClass& c, RegexText text) {
     if (kHex[k & 15] >= 'a') up += static_cast<char>(kHex[k & 15] - 'a' + 'A');
     up += ']';
     alts.push_back(gbnf_quote(std::string("\\u00") + kHex[k >> 4]) + " " + up);
-    const char* short_form = k == '\n' ? "\\n" : k == '\t' ? "\\t" : k == '\r' ? "\\r" : k == '\b' ? "\\b" : k == '\f' ? "\\f" : nullptr;
+    const char* short_form = k == '\n'   ? "\\n"
+                             : k == '\t' ? "\\t"
+                             : k == '\r' ? "\\r"
+                             : k == '\b' ? "\\b"
+                             : k == '\f' ? "\\f"
+                                         : nullptr;
     if (short_form) alts.push_back(gbnf_quote(short_form));
   }
   if (alts.empty()) return {};
@@ -201,7 +206,10 @@ class RegexConverter {
     for (int k = 0; k < digits; ++k, ++i_) {
       if (!more()) fail("hex digits");
       const char h = p_[i_];
-      const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      const int d = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
       if (d < 0) fail("a hex digit");
       v = v * 16 + static_cast<unsigned>(d);
     }
@@ -303,7 +311,8 @@ class RegexConverter {
           if (p_[i_] == '\\') {
             ++i_;
             const CharClass h = escape();
-            if (h.ranges().size() != 1 || h.ranges()[0].lo != h.ranges()[0].hi) fail("a single character ending the range");
+            if (h.ranges().size() != 1 || h.ranges()[0].lo != h.ranges()[0].hi)
+              fail("a single character ending the range");
             hi = h.ranges()[0].lo;
           } else {
             hi = literal_char();

@@ -27,6 +27,7 @@
 #include "inferkit/sampling/eta_cutoff.hpp"
 #include "inferkit/sampling/exponential_decay_length_penalty.hpp"
 #include "inferkit/sampling/frequency_presence_penalty.hpp"
+#include "inferkit/sampling/grammar_constraint.hpp"
 #include "inferkit/sampling/logit_bias.hpp"
 #include "inferkit/sampling/min_new_tokens.hpp"
 #include "inferkit/sampling/min_p.hpp"
@@ -66,7 +67,8 @@ using Processor = std::variant<Temperature,                    // temperature.hp
                                ExponentialDecayLengthPenalty,  // exponential_decay_length_penalty.hpp
                                BadWords,                       // bad_words.hpp
                                SequenceBias,                   // sequence_bias.hpp
-                               BeginSuppressTokens>;           // begin_suppress_tokens.hpp
+                               BeginSuppressTokens,            // begin_suppress_tokens.hpp
+                               GrammarConstraint>;             // grammar_constraint.hpp
 
 namespace detail {
 
