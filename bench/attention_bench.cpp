@@ -102,6 +102,30 @@ void BM_prefill_naive(benchmark::State& state) {
   ib::label_isa(state);
 }
 
+// The FP32 FMA peak of this build's vector width: 12 independent accumulator chains (enough to
+// cover the FMA latency times the two FMA ports), each step one simd::fma per chain, per thread.
+void BM_prefill_fmapeak(benchmark::State& state) {
+  using inferkit::simd::VecF;
+  const int threads = static_cast<int>(state.range(1));
+  constexpr int kChains = 12;
+  constexpr long kSteps = 1L << 24;
+  for (auto _ : state) {
+#pragma omp parallel num_threads(threads)
+    {
+      VecF acc[kChains];
+      for (int c = 0; c < kChains; ++c) acc[c] = inferkit::simd::broadcast(float(c));
+      const VecF a = inferkit::simd::broadcast(0.999999f), b = inferkit::simd::broadcast(1e-7f);
+      for (long i = 0; i < kSteps; ++i)  // no fast-math: every FMA stays (the sum is used)
+        for (int c = 0; c < kChains; ++c) acc[c] = inferkit::simd::fma(acc[c], a, b);
+      float sum = 0;
+      for (int c = 0; c < kChains; ++c) sum += inferkit::simd::hsum(acc[c]);
+      benchmark::DoNotOptimize(sum);
+    }
+  }
+  ib::set_gflops(state, 2.0 * kChains * kSteps * double(inferkit::simd::kWidth) * threads);
+  ib::label_isa(state);
+}
+
 // ---- decode ----------------------------------------------------------------------------------
 
 using inferkit::BFloat16;
@@ -224,6 +248,13 @@ BENCHMARK(BM_prefill_inferkit)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_prefill_naive)
     ->Name("attention_prefill/naive/T2048_Hq32_Hkv8_D128_causal")
+    ->ArgsProduct({{2048}, {1, 2}})
+    ->ArgNames({"", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_prefill_fmapeak)
+    ->Name("attention_prefill/fmapeak/T2048_Hq32_Hkv8_D128_causal")
     ->ArgsProduct({{2048}, {1, 2}})
     ->ArgNames({"", "threads"})
     ->UseRealTime()

@@ -184,3 +184,20 @@ TEST_CASE("min-p that keeps most of a dense row filters it in place, exactly", "
       CHECK(test::same_bits(x, ref));
     }
 }
+
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__) && !defined(__AVX512F__)
+TEST_CASE("the AVX2 left-pack table moves the set lanes of every 8-bit mask to the front, in order",
+          "[sampling][top_p]") {
+  for (unsigned m = 0; m < 256; ++m) {
+    alignas(32) std::int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                       _mm256_permutevar8x32_epi32(_mm256_setr_epi32(10, 11, 12, 13, 14, 15, 16, 17),
+                                                   inferkit::detail::left_pack_indices(m)));
+    std::vector<std::int32_t> expect;  // the definition: set bits in ascending lane order
+    for (int lane = 0; lane < 8; ++lane)
+      if (m >> lane & 1u) expect.push_back(10 + lane);
+    INFO("mask = " << m);
+    CHECK(std::vector<std::int32_t>(lanes, lanes + expect.size()) == expect);
+  }
+}
+#endif

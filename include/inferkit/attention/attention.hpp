@@ -182,6 +182,10 @@ void run_attention(std::span<const SequenceTask<S>> tasks, Index num_kv_heads, c
           const float lse_s = online_softmax_finish(st, o, o);
           online_softmax_merge(total, out_row, attention_state(lse_s), o);
         }
+        if (p.sinks) {  // the sink joins once, after the splits (options.hpp)
+          const float alpha = online_softmax_add_sink(total, p.sinks[h]);
+          simd::scale(out_row.data(), out_row.size(), alpha);
+        }
         const float lse = online_softmax_finish(total, out_row, out_row);
         if (p.lse.rows() > 0) p.lse(t, h) = lse;
       }

@@ -38,6 +38,15 @@
 // as integer dot products; over bf16 values p is rounded to bf16. Everything else (f32 / f16
 // caches, per-channel KIVI keys, 2-bit values, prefill, batch-invariant mode) stays exact.
 // The bounds on the added error: docs/design.md, "Reduced-precision decode arithmetic".
+//
+// Sink logits (sink_logits, gpt-oss; Xiao et al. 2023, "attention sinks"): one learned logit S_h
+// per query head joins the softmax denominator and carries no value. With m = max(S_h, max_j s_j),
+//   o = sum_j e^(s_j - m) v_j / (e^(S_h - m) + sum_j e^(s_j - m)),
+// so the weights sum to less than one, and a row whose keys are all masked outputs zeros. The
+// sink enters once per row, after the split-KV pieces merge. The returned LSE includes it:
+// LSE = log(e^S_h + sum_j e^s_j) (S_h for a fully masked row), so out = sum_j e^(s_j - LSE) v_j
+// and merge_attention_states stays exact when exactly one of the merged partials carried the
+// sink (a sink is itself the partial (o = 0, lse = S_h)). S_h = -inf is no sink, bit for bit.
 
 #include <cmath>
 #include <cstdint>
@@ -85,6 +94,9 @@ struct AttentionOptions {
   /// Decode arithmetic: kExact (default) or the opt-in kReduced (file comment). Ignored by
   /// prefill and by batch-invariant mode, which stay exact.
   AttentionArithmetic arithmetic = AttentionArithmetic::kExact;
+  /// Learned sink logits, one per query head in the units of the scaled scores (file comment);
+  /// empty = none. Finite or -inf (no sink for that head); the LSE output includes the sink.
+  std::span<const float> sink_logits = {};
 };
 
 namespace detail {
@@ -110,6 +122,13 @@ inline void validate_options(const AttentionOptions& o, Index num_q_heads) {
     require(static_cast<Index>(o.alibi_slopes.size()) == num_q_heads, "alibi_slopes.size()", o.alibi_slopes.size(),
             "must equal num_q_heads (" + std::to_string(num_q_heads) + ")");
     for (float s : o.alibi_slopes) require(std::isfinite(s), "alibi_slopes[i]", s, "must be finite");
+  }
+  if (!o.sink_logits.empty()) {
+    require(static_cast<Index>(o.sink_logits.size()) == num_q_heads, "sink_logits.size()", o.sink_logits.size(),
+            "must equal num_q_heads (" + std::to_string(num_q_heads) + ")");
+    for (std::size_t h = 0; h < o.sink_logits.size(); ++h)
+      require(!std::isnan(o.sink_logits[h]) && o.sink_logits[h] != std::numeric_limits<float>::infinity(),
+              "sink_logits[" + std::to_string(h) + "]", o.sink_logits[h], "must be finite or -inf (no sink)");
   }
 }
 

@@ -72,8 +72,11 @@ void attention_reference(Tensor3View<const float> q, const S& kv, Tensor3View<fl
         s[j] = sc;
         m = std::max(m, sc);
       }
+      // A sink logit joins the max and the denominator and carries no value (options.hpp).
+      const double sink = opt.sink_logits.empty() ? -std::numeric_limits<double>::infinity() : opt.sink_logits[h];
+      m = std::max(m, sink);
       std::vector<double> acc(static_cast<std::size_t>(d), 0.0);
-      double z = 0;
+      double z = sink > -std::numeric_limits<double>::infinity() ? std::exp(sink - m) : 0.0;
       if (m > -std::numeric_limits<double>::infinity()) {
         for (std::size_t j = 0; j < keys.size(); ++j) {
           if (s[j] == -std::numeric_limits<double>::infinity()) continue;

@@ -69,6 +69,26 @@ inline void online_softmax_merge(SoftmaxStats& a, std::span<float> acc_a, const 
   a.max = m;
 }
 
+/// Adds a score that carries no value (a learned attention-sink logit, gpt-oss) to a state: it
+/// joins the max and the sum, and the returned factor is what the accumulator must be multiplied
+/// by (the caller scales acc, or folds it into the normalization). A -inf sink leaves the state
+/// unchanged and returns 1; an empty state becomes (sink, 1) and the factor is 0.
+/// @throws std::invalid_argument when sink is NaN or +inf.
+inline float online_softmax_add_sink(SoftmaxStats& stats, float sink) {
+  require(!std::isnan(sink) && sink != std::numeric_limits<float>::infinity(), "sink", sink,
+          "must be finite or -inf (no sink)");
+  if (sink == kNegInf) return 1.0f;
+  if (stats.sum == 0.0f) {
+    stats = {sink, 1.0f};
+    return 0.0f;
+  }
+  const float m = std::max(stats.max, sink);
+  const float alpha = std::exp(stats.max - m);
+  stats.sum = stats.sum * alpha + std::exp(sink - m);
+  stats.max = m;
+  return alpha;
+}
+
 /// Writes acc / sum (zeros for an empty state) to out and returns the LSE (-inf if empty).
 inline float online_softmax_finish(const SoftmaxStats& stats, std::span<const float> acc, std::span<float> out) {
   require(out.size() == acc.size(), "out.size()", out.size(),

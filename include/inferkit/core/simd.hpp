@@ -127,6 +127,32 @@ inline VecF exp_nonpositive(VecF x) {
     const __mmask16 live = _mm512_cmp_ps_mask(xv, _mm512_set1_ps(kExpLo), _CMP_GE_OQ);
     return _mm512_castsi512_ps(_mm512_maskz_add_epi32(live, _mm512_castps_si512(v), scale));
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  if constexpr (kWidth == 8) {
+    // exp()'s own steps without its clamps and fix-ups: on [kExpLo, 0] n = round(x / ln2) is at
+    // least -126, so 2^n is one normal float and p * 2^n rounds once, like exp()'s exact p * s1
+    // followed by * s2 (the same bits); lanes below kExpLo (-inf included) are ANDed to 0.
+    // Adding 1.5 2^23 rounds the (rounded) product to the nearest integer, ties to even, like
+    // exp()'s nearbyint, and leaves n in the low mantissa bits: one add instead of vroundps's two
+    // uops and the float-to-int conversion.
+    const __m256 xv = x;
+    const __m256 magic = _mm256_castsi256_ps(_mm256_set1_epi32(0x4B400000));  // 1.5 * 2^23
+    const __m256 t = _mm256_add_ps(_mm256_mul_ps(xv, _mm256_set1_ps(1.44269504088896341f)), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xv);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i scale =  // (n + 127) << 23, n = bits(t) - bits(magic)
+        _mm256_slli_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000 - 127)), 23);
+    const __m256 live = _mm256_cmp_ps(xv, _mm256_set1_ps(kExpLo), _CMP_GE_OQ);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(scale)), live);
+  }
 #endif
   return exp(x);
 }

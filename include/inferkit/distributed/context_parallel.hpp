@@ -119,7 +119,8 @@ inline void broadcast_queries(MPI_Comm comm, Tensor3View<float> q, int root = 0)
 /// @param out       output [Tq, Hq, d]
 /// @param lse       optional [Tq, Hq] log-sum-exp, or an empty view
 /// @param opt       attention() options, the same on every rank; query_positions, if given, are
-///                  global positions; kv_split_tokens applies to each rank's local attention
+///                  global positions; kv_split_tokens applies to each rank's local attention;
+///                  sink_logits enter once (through rank 0's partial)
 /// @throws std::invalid_argument on every rank when any rank's arguments are invalid (that rank
 ///         throws attention()'s own error, the others one naming that rank) or when the ranks
 ///         disagree on Tq, Hq, d, the KV heads or whether query_positions is given; MpiError
@@ -149,6 +150,9 @@ void context_parallel_attention(MPI_Comm comm, Tensor3View<const float> q, const
 
   // This rank's partial over its shard, at global query positions, into a packed (o, lse) buffer.
   AttentionOptions local = opt;
+  // Sink logits join the denominator once: rank 0's partial carries them, and since a partial's
+  // LSE includes its sink (attention/options.hpp) the rank-order merge is exact.
+  if (mpi_rank(comm) != 0) local.sink_logits = {};
   std::vector<std::int32_t> positions;
   if (opt.query_positions.empty()) {
     positions.resize(static_cast<std::size_t>(tq));

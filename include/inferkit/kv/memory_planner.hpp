@@ -11,6 +11,9 @@
 //   quantized rows as BlockPool<QuantizedKv> stores them (codes plus a 4-byte (step, minimum)
 //   pair per group, symmetric specs too), plus per sequence the block table's float key tail
 //   when keys are per channel (BlockTable::tail_bytes()).
+// An MLA model (kv/latent_cache.hpp) caches one latent row per token and layer:
+//   latent cache = layers x tokens x batch x latent_row_bytes(format, kv_lora_rank + rope_dim)
+// against 2-stream materialized K/V of layers x heads x (qk_nope + rope + v) values per token.
 // Weights: token embedding (and an untied classifier), per layer wq, wk, wv, wo, w1, w2, w3 and
 // two norms, the final norm, at `weight_bytes` per parameter (0.5625 for 4.5-bit weights, ...).
 // Scratch: per sequence, the activations of one token step (x, xb, q, k, v, attention output,
@@ -23,6 +26,7 @@
 #include "inferkit/core/error.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/kv/block_table.hpp"
+#include "inferkit/kv/latent_cache.hpp"
 #include "inferkit/kv/quant_codec.hpp"
 #include "inferkit/kv/quantized_cache.hpp"
 
@@ -133,6 +137,49 @@ inline MemoryPlan plan_memory(const ModelShape& m, Index context, Index batch, c
                       2.0 * double(m.hidden_dim) + double(m.vocab);
   p.scratch = 4.0 * step * double(batch) + double(threads) * 4.0 * (4.0 * 64.0 * 256.0);  // tile workspace
   return p;
+}
+
+/// An MLA model's cache geometry, for latent_cache_bytes() and materialized_mla_kv_bytes().
+struct LatentCachePlan {
+  Index layers = 0;                           ///< transformer layers
+  Index kv_lora_rank = 0;                     ///< latent c values per token
+  Index rope_dim = 0;                         ///< shared k_pe values per token
+  Index num_heads = 0;                        ///< query heads (for the materialized comparison)
+  Index qk_nope_dim = 0;                      ///< per-head key part without RoPE (materialized)
+  Index v_head_dim = 0;                       ///< per-head value width (materialized)
+  LatentFormat format = LatentFormat::kBF16;  ///< latent row storage
+  /// 0: a dense LatentCache; > 0: paged (kv/paged_latent.hpp) in pages of this many tokens,
+  /// whole pages of ceil(layers / 2) pool layers x 2 streams.
+  Index page_size = 0;
+};
+
+/// Bytes of the latent caches of `batch` sequences of `context` tokens (LatentCache rows, or
+/// whole pages of paged latent rows when plan.page_size > 0).
+/// @throws std::invalid_argument when layers <= 0, context < 0, batch < 1 or the row is invalid
+///         for the format (latent_row_bytes()), page_size < 0.
+inline double latent_cache_bytes(const LatentCachePlan& p, Index context, Index batch) {
+  require(p.layers > 0, "plan.layers", p.layers, "must be > 0");
+  require(context >= 0, "context", context, "must be >= 0");
+  require(batch >= 1, "batch", batch, "must be >= 1");
+  require(p.page_size >= 0, "plan.page_size", p.page_size, "must be >= 0 (0 = dense)");
+  const double row = double(latent_row_bytes(p.format, p.kv_lora_rank + p.rope_dim));
+  if (p.page_size == 0) return double(p.layers) * row * double(context) * double(batch);
+  const double tokens = std::ceil(double(context) / double(p.page_size)) * double(p.page_size);
+  return double((p.layers + 1) / 2 * 2) * row * tokens * double(batch);
+}
+
+/// Bytes the same model's materialized per-head K and V would take: layers x heads x
+/// (qk_nope_dim + rope_dim + v_head_dim) x element_bytes per token (the GQA-equivalent cache).
+/// @throws std::invalid_argument when layers or num_heads <= 0, context < 0, batch < 1 or
+///         element_bytes <= 0.
+inline double materialized_mla_kv_bytes(const LatentCachePlan& p, Index context, Index batch, double element_bytes) {
+  require(p.layers > 0, "plan.layers", p.layers, "must be > 0");
+  require(p.num_heads > 0, "plan.num_heads", p.num_heads, "must be > 0");
+  require(context >= 0, "context", context, "must be >= 0");
+  require(batch >= 1, "batch", batch, "must be >= 1");
+  require(element_bytes > 0, "element_bytes", element_bytes, "must be > 0");
+  return double(p.layers) * double(p.num_heads) * double(p.qk_nope_dim + p.rope_dim + p.v_head_dim) * element_bytes *
+         double(context) * double(batch);
 }
 
 }  // namespace inferkit

@@ -145,6 +145,21 @@ struct TokenSet {
         k += static_cast<std::size_t>(__builtin_popcount(m));
       }
     }
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
+    if constexpr (simd::kWidth == 8) {  // left-packed by vpermd: k <= j as above
+      const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+      for (; j + 8 <= n; j += 8) {
+        const __m256 lv = _mm256_loadu_ps(l.data() + j);
+        const auto m = static_cast<unsigned>(_mm256_movemask_ps(in_range_mask(lv, vlo, vhi)));
+        const __m256i perm = left_pack_indices(m);
+        const __m256 wv = _mm256_loadu_ps(w.data() + j);
+        const __m256i iv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(id.data() + j));
+        _mm256_storeu_ps(l.data() + k, _mm256_permutevar8x32_ps(lv, perm));
+        _mm256_storeu_ps(w.data() + k, _mm256_permutevar8x32_ps(wv, perm));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(id.data() + k), _mm256_permutevar8x32_epi32(iv, perm));
+        k += static_cast<std::size_t>(__builtin_popcount(m));
+      }
+    }
 #endif
     for (; j < n; ++j) {
       l[k] = l[j];
@@ -177,6 +192,20 @@ inline void gather_range(std::span<const float> x, float lo, float hi, TokenSet&
       _mm512_storeu_si512(s.id.data() + s.n, _mm512_maskz_compress_epi32(m, idx));
       s.n += static_cast<std::size_t>(__builtin_popcount(m));
       idx = _mm512_add_epi32(idx, _mm512_set1_epi32(16));
+    }
+  }
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
+  if constexpr (simd::kWidth == 8) {
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x.data() + i);
+      const auto m = static_cast<unsigned>(_mm256_movemask_ps(in_range_mask(v, vlo, vhi)));
+      const __m256i perm = left_pack_indices(m);
+      _mm256_storeu_ps(s.l.data() + s.n, _mm256_permutevar8x32_ps(v, perm));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.id.data() + s.n), _mm256_permutevar8x32_epi32(idx, perm));
+      s.n += static_cast<std::size_t>(__builtin_popcount(m));
+      idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
     }
   }
 #endif
@@ -234,6 +263,53 @@ inline DenseSweep sweep_dense(std::span<const float> x, float max, float t_hi, f
     mid.n = k;
     return r;
   }
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
+  if constexpr (simd::kWidth == 8) {
+    // The AVX2 form: no mask registers and no compress store. The mass above t_hi adds the
+    // weights ANDed with the compare mask (both halves widened to double), and the members of
+    // [t_lo, t_hi] are left-packed by a table-driven vpermd (left_pack_indices).
+    __m256d z0 = _mm256_setzero_pd(), z1 = z0, h0 = z0, h1 = z0;
+    const __m256 vmax = _mm256_set1_ps(max), vhi = _mm256_set1_ps(t_hi), vlo = _mm256_set1_ps(t_lo);
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    std::uint64_t n_hi = 0;
+    std::size_t k = 0;
+    float* mid_l = mid.l.data();  // locals: stores through them must not reload the vectors
+    TokenId* mid_id = mid.id.data();
+    // The tail runs the same body on a copy padded with -inf (weight 0, in neither part).
+    alignas(32) float pad[8];
+    std::fill(pad, pad + 8, -std::numeric_limits<float>::infinity());
+    std::copy(x.data() + (n & ~std::size_t{7}), x.data() + n, pad);
+    for (std::size_t i = 0; i < n; i += 8) {  // accumulators stay in registers (no lambda captures)
+      const __m256 l = _mm256_loadu_ps(i + 8 <= n ? x.data() + i : pad);
+      const __m256 e = simd::exp_nonpositive(simd::VecF(_mm256_sub_ps(l, vmax)));
+      const __m256 is_hi = _mm256_cmp_ps(l, vhi, _CMP_GT_OQ);
+      const __m256 is_mid = _mm256_andnot_ps(is_hi, _mm256_cmp_ps(l, vlo, _CMP_GE_OQ));
+      const __m256d e0 = _mm256_cvtps_pd(_mm256_castps256_ps128(e)), e1 = _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1));
+      const __m256i hi_mask = _mm256_castps_si256(is_hi);  // sign-extended to 64-bit lanes
+      z0 = _mm256_add_pd(z0, e0);
+      z1 = _mm256_add_pd(z1, e1);
+      h0 = _mm256_add_pd(
+          h0, _mm256_and_pd(e0, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(hi_mask)))));
+      h1 = _mm256_add_pd(
+          h1, _mm256_and_pd(e1, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(hi_mask, 1)))));
+      const auto m = static_cast<unsigned>(_mm256_movemask_ps(is_mid));
+      const __m256i perm = left_pack_indices(m);
+      _mm256_storeu_ps(mid_l + k, _mm256_permutevar8x32_ps(l, perm));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(mid_id + k), _mm256_permutevar8x32_epi32(idx, perm));
+      k += static_cast<std::size_t>(__builtin_popcount(m));
+      n_hi += static_cast<std::uint64_t>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(is_hi))));
+      idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
+    }
+    const auto reduce = [](__m256d a) {
+      const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+      return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+    };
+    r.z = reduce(_mm256_add_pd(z0, z1));
+    r.hi = reduce(_mm256_add_pd(h0, h1));
+    r.n_hi = static_cast<Index>(n_hi);
+    mid.n = k;
+    return r;
+  }
 #endif
   constexpr std::size_t kBlock = 1024;
   alignas(64) float w[kBlock];
@@ -253,9 +329,16 @@ inline DenseSweep sweep_dense(std::span<const float> x, float max, float t_hi, f
   return r;
 }
 
-/// Computes the set's weights; returns their sum (double).
+/// Computes the set's weights; returns their sum (double). Every member is <= max, so the
+/// weights come from exp_nonpositive (exp's bits without its overflow and NaN fix-ups).
 inline double set_weights(TokenSet& s, float max) {
-  simd::exp_shifted(s.l.data(), s.w.data(), s.n, max);
+  const simd::VecF vmax = simd::broadcast(max);
+  std::size_t j = 0;
+  for (; j + simd::kWidth <= s.n; j += simd::kWidth)
+    simd::store(s.w.data() + j, simd::exp_nonpositive(simd::load(s.l.data() + j) - vmax));
+  if (j < s.n)
+    simd::store_partial(s.w.data() + j, simd::exp_nonpositive(simd::load_partial(s.l.data() + j, s.n - j, max) - vmax),
+                        s.n - j);
   return simd::sum_as_double(s.w.data(), s.n);
 }
 
@@ -296,6 +379,35 @@ inline PivotMasses pivot_masses(const TokenSet& s, const float (&pivot)[kPivots]
       pm.n_above[k] = static_cast<Index>(cnt[k]);
     }
     return pm;
+  }
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
+  if constexpr (simd::kWidth == 8) {
+    // The AVX2 form compares in double: logits and weights widen once per 4 members (exact), so
+    // each pivot costs a compare, an AND and an add, and its count subtracts the all-ones
+    // (-1) compare lanes as 64-bit integers.
+    __m256d acc[kPivots];
+    __m256i cnt[kPivots];
+    for (int k = 0; k < kPivots; ++k) {
+      acc[k] = _mm256_setzero_pd();
+      cnt[k] = _mm256_setzero_si256();
+    }
+    for (; j + 4 <= s.n; j += 4) {
+      const __m256d l = _mm256_cvtps_pd(_mm_loadu_ps(s.l.data() + j));
+      const __m256d w = _mm256_cvtps_pd(_mm_loadu_ps(s.w.data() + j));
+      for (int k = 0; k < kPivots; ++k) {
+        const __m256d m = _mm256_cmp_pd(l, _mm256_set1_pd(static_cast<double>(pivot[k])), _CMP_GT_OQ);
+        acc[k] = _mm256_add_pd(acc[k], _mm256_and_pd(w, m));
+        cnt[k] = _mm256_sub_epi64(cnt[k], _mm256_castpd_si256(m));
+      }
+    }
+    for (int k = 0; k < kPivots; ++k) {
+      alignas(32) double a[4];
+      alignas(32) std::int64_t c[4];
+      _mm256_store_pd(a, acc[k]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(c), cnt[k]);
+      pm.above[k] = (a[0] + a[1]) + (a[2] + a[3]);
+      pm.n_above[k] = static_cast<Index>((c[0] + c[1]) + (c[2] + c[3]));
+    }
   }
 #endif
   for (; j < s.n; ++j)  // pivots descend: a member above pivot k is above every later one

@@ -68,10 +68,10 @@ inline void invariant_fold_splits(const SequenceProblem& p, Index g, Index split
   }
   for (Index r = 0; r < R; ++r) {
     const Index t = r / G, h = g * G + r % G;
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const RowNormalization n = row_normalization(p, h, m[r], l[r]);
     float* orow = p.out.ptr(t, h);
-    for (Index k = 0; k < d; ++k) orow[k] = lanes_output(o[r * Dp + k], inv);
-    if (p.lse.rows() > 0) p.lse(t, h) = lanes_lse(m[r], l[r]);
+    for (Index k = 0; k < d; ++k) orow[k] = lanes_output(o[r * Dp + k], n.inv);
+    if (p.lse.rows() > 0) p.lse(t, h) = n.lse;
   }
 }
 

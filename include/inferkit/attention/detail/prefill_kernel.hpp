@@ -204,8 +204,19 @@ inline simd::VecF lanes_merge_value(simd::VecF oa, simd::VecF wa, simd::VecF ob,
 /// accumulator carries a sign depends on which masked keys were visited, the value never does.
 inline float lanes_output(float o, float inv_l) { return o * inv_l + 0.0f; }
 
-/// Natural-log LSE of a row's state (-inf when no key was visible).
-inline float lanes_lse(float m, float l) { return l > 0.0f ? m + std::log(l) : kNegInf; }
+/// How a finished row is normalized: out = o * inv; lse is its natural-log LSE.
+struct RowNormalization {
+  float inv = 0.0f;     ///< factor of the unnormalized output (0 when the row saw nothing)
+  float lse = kNegInf;  ///< LSE including the sink logit, if any (-inf when empty)
+};
+
+/// Normalization of query head h's row with state (m, l): the head's sink logit, if the problem
+/// has them, joins the denominator once here, after every piece has merged (options.hpp).
+inline RowNormalization row_normalization(const SequenceProblem& p, Index h, float m, float l) {
+  SoftmaxStats st{m, l};
+  const float alpha = p.sinks ? online_softmax_add_sink(st, p.sinks[h]) : 1.0f;
+  return {st.sum > 0.0f ? alpha / st.sum : 0.0f, st.lse()};
+}
 
 /// Attention of query tokens [t0, t1) of KV head g over all of kv, written to p.out / p.lse.
 /// With merge_every > 0 (batch-invariant mode) the state restarts at each multiple of
@@ -265,10 +276,10 @@ void prefill_unit(const SequenceProblem& p, const S& kv, Index g, Index t0, Inde
 
   for (Index r = 0; r < u.R; ++r) {
     const Index t = t0 + r / G, h = g * G + r % G;
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const RowNormalization n = row_normalization(p, h, m[r], l[r]);
     float* orow = p.out.ptr(t, h);
-    for (Index k = 0; k < d; ++k) orow[k] = lanes_output(o[k * Rp + r], inv);
-    if (p.lse.rows() > 0) p.lse(t, h) = lanes_lse(m[r], l[r]);
+    for (Index k = 0; k < d; ++k) orow[k] = lanes_output(o[k * Rp + r], n.inv);
+    if (p.lse.rows() > 0) p.lse(t, h) = n.lse;
   }
 }
 

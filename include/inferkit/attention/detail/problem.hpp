@@ -25,13 +25,14 @@
 namespace inferkit::detail {
 
 struct SequenceProblem {
-  Tensor3View<const float> q;  // [Tq, Hq, d]
-  Tensor3View<float> out;      // [Tq, Hq, d]
-  MatrixView<float> lse;       // [Tq, Hq], or no rows when not requested
-  TokenPositions q_pos;        // position of each query token
-  Index group = 1;             // query heads per KV head
-  ScoreRule score;             // scale, soft-cap, ALiBi slopes, mask
-  bool reduced = false;        // AttentionArithmetic::kReduced (decode only)
+  Tensor3View<const float> q;    // [Tq, Hq, d]
+  Tensor3View<float> out;        // [Tq, Hq, d]
+  MatrixView<float> lse;         // [Tq, Hq], or no rows when not requested
+  TokenPositions q_pos;          // position of each query token
+  Index group = 1;               // query heads per KV head
+  ScoreRule score;               // scale, soft-cap, ALiBi slopes, mask
+  bool reduced = false;          // AttentionArithmetic::kReduced (decode only)
+  const float* sinks = nullptr;  // sink logit per query head (options.sink_logits), or none
 
   Index num_queries() const { return q.dim0(); }
   Index head_dim() const { return q.dim2(); }
@@ -120,6 +121,7 @@ class ProblemBuilder {
     p.group = groups_.group_size();
     p.score = {scale_, {opt_.causal, opt_.window}, opt_.softcap, slopes_.empty() ? nullptr : slopes_.data()};
     p.reduced = opt_.arithmetic == AttentionArithmetic::kReduced && !opt_.batch_invariant;
+    p.sinks = opt_.sink_logits.empty() ? nullptr : opt_.sink_logits.data();
     return p;
   }
 

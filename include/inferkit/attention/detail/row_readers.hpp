@@ -55,6 +55,20 @@ inline void decode_quant_params(const QuantRowsView& v, Index first, Index count
     _mm512_storeu_ps(step + i, s);
     _mm512_storeu_ps(zero + i, z);
   }
+#elif defined(__AVX2__) && defined(__F16C__)
+  // No vpmovdw: packus puts 4 steps then 4 mins in each 128-bit lane, vpermq gathers the 8
+  // steps in the low half and the 8 mins in the high half, and vcvtph2ps widens each.
+  for (; i + 8 <= count; i += 8) {
+    const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 4 * i));
+    const __m256i packed = _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(_mm256_and_si256(pairs, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(pairs, 16)),
+        _MM_SHUFFLE(3, 1, 2, 0));
+    const __m256 s = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+    const __m256 z = v.symmetric ? _mm256_mul_ps(s, _mm256_set1_ps(neg_offset))
+                                 : _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1));
+    _mm256_storeu_ps(step + i, s);
+    _mm256_storeu_ps(zero + i, z);
+  }
 #endif
   for (; i < count; ++i) {
     std::uint16_t s = 0, m = 0;
@@ -92,12 +106,13 @@ inline simd::VecF codes_as_float(const std::uint8_t* c, Index dv) {
     if constexpr (Bits == 8) {
       return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + dv))));
     } else if constexpr (Bits == 4) {
+      // The 8 codes are the 8 nibbles of one little-endian 32-bit word, in order: broadcast it
+      // (a load-port vpbroadcastd) and shift lane i right by 4 i, then mask. Three vector uops
+      // where the 16-byte unpack of the AVX-512 form takes six (two of them on the shuffle port).
       std::int32_t four = 0;
       std::memcpy(&four, c + dv / 2, 4);
-      const __m128i b = _mm_cvtsi32_si128(four);
-      const __m128i low = _mm_set1_epi8(0x0F);
-      const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
-      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+      const __m256i lanes = _mm256_srlv_epi32(_mm256_set1_epi32(four), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+      return _mm256_cvtepi32_ps(_mm256_and_si256(lanes, _mm256_set1_epi32(15)));
     } else {
       std::int16_t two = 0;
       std::memcpy(&two, c + dv / 4, 2);

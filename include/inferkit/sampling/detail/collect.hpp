@@ -2,7 +2,8 @@
 // Branch-free collection of token ids whose logit lies in a range, for the selection passes of
 // top-k, top-p and min-p. With AVX-512 the passing lanes' ids are compressed (vpcompressd into
 // a register, then a full store), so the cost is one compare and one store per vector however
-// many pass; elsewhere a SIMD any() skips vectors where nothing passes.
+// many pass; with AVX2 the same is done by a table-driven vpermd (left_pack_indices); elsewhere a
+// SIMD any() skips vectors where nothing passes.
 
 #include <cmath>
 #include <cstddef>
@@ -22,6 +23,29 @@ namespace inferkit::detail {
 inline __mmask16 in_range_mask(__m512 v, __m512 lo, __m512 hi, bool bounded = true) {
   const __mmask16 ge = _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ);
   return bounded ? _mm512_mask_cmp_ps_mask(ge, v, hi, _CMP_LE_OQ) : ge;
+}
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
+/// AVX2 has no compress store (vpcompressd): the lanes set in an 8-bit movemask are moved to the
+/// front by one vpermd whose indices come from a 256-entry table (entry m holds, byte by byte,
+/// the positions of m's set bits, then zeros), 2 KiB that stay in L1 during a sweep.
+struct LeftPackTable {
+  alignas(64) std::uint64_t idx[256] = {};
+  constexpr LeftPackTable() {
+    for (unsigned m = 0; m < 256; ++m) {
+      unsigned k = 0;
+      for (unsigned lane = 0; lane < 8; ++lane)
+        if (m & (1u << lane)) idx[m] |= std::uint64_t{lane} << (8 * k++);
+    }
+  }
+};
+inline constexpr LeftPackTable kLeftPack{};
+/// The vpermd indices that move the lanes set in `mask` (a movemask, 0-255) to the front, in order.
+inline __m256i left_pack_indices(unsigned mask) {
+  return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(kLeftPack.idx[mask])));
+}
+/// Lanes of v with lo <= v <= hi, as an all-ones float mask (NaN-free input).
+inline __m256 in_range_mask(__m256 v, __m256 lo, __m256 hi) {
+  return _mm256_and_ps(_mm256_cmp_ps(v, lo, _CMP_GE_OQ), _mm256_cmp_ps(v, hi, _CMP_LE_OQ));
 }
 #endif
 

@@ -1,0 +1,171 @@
+#pragma once
+// TokenMasker: the tokens a grammar state allows, for one Grammar and one TokenTrie, shared by
+// every request using that grammar. mask(state) = the tokens whose bytes keep the output a prefix
+// of a sentence, plus the end-of-generation ids exactly when the state is complete.
+//
+//   auto masker = std::make_shared<inferkit::TokenMasker>(grammar, trie);
+//   inferkit::TokenBitset mask(trie->vocab_size());
+//   masker->fill_mask(inferkit::ByteMatcher(*grammar), mask);
+//
+// How: a state's stacks are alternatives, so a token is allowed when some stack allows it, and
+// what a stack allows depends mostly on its top few frames. For each stack the masker walks the
+// trie (TokenTrie: a rejected byte skips its subtree) from the stack's top kContextFrames frames
+// with kUnknownContext below them, once per distinct top, and caches the result: the tokens
+// allowed whatever lies below (a bitset) and the few whose bytes outlive the known frames (a
+// list, "context-dependent" in XGrammar's terms, Dong et al. 2024, section 3.2). A mask is then
+// the OR of cached bitsets plus a check of the listed tokens against the full stack. Stacks no
+// deeper than kContextFrames are cached whole (exact, nothing listed). A state inside a UTF-8
+// character (a byte-fallback token ended mid-character) walks the trie from the full state.
+// The cache holds at most kMaskCacheEntries tops (then it is cleared: correctness never depends
+// on it); it is guarded by a mutex, so one masker serves threads.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "inferkit/core/error.hpp"
+#include "inferkit/grammar/byte_matcher.hpp"
+#include "inferkit/grammar/grammar.hpp"
+#include "inferkit/grammar/token_bitset.hpp"
+#include "inferkit/grammar/token_trie.hpp"
+
+namespace inferkit {
+
+/// Frames of a stack's top a cached mask is keyed by (file comment).
+inline constexpr std::size_t kContextFrames = 4;
+/// Most stack tops the masker caches before it starts over.
+inline constexpr std::size_t kMaskCacheEntries = 2048;
+
+/// What one trie walk from a state found: the tokens accepted and, when the walk started above
+/// kUnknownContext, the tokens whose outcome depends on what lies below.
+struct TrieWalkResult {
+  TokenBitset accepted;            ///< allowed whatever lies below
+  std::vector<TokenId> dependent;  ///< decided only by the full stack
+};
+
+/// Walks `trie` from `start` (file comment of token_trie.hpp): every token whose bytes `start`
+/// accepts goes to `out.accepted`; a token rejected by all known stacks after one with
+/// kUnknownContext on top met a byte goes to `out.dependent`. `out.accepted` must have the trie's
+/// vocabulary size; it is added to, not cleared.
+inline void walk_token_trie(const TokenTrie& trie, const ByteMatcher& start, TrieWalkResult& out) {
+  const auto& nodes = trie.nodes();
+  const auto& tokens = trie.tokens();
+  std::vector<ByteMatcher> level(trie.max_depth() + 1, start);
+  std::vector<std::uint8_t> dependent(trie.max_depth() + 1, 0);
+  for (std::size_t i = 0; i < nodes.size();) {
+    const TokenTrie::Node& n = nodes[i];
+    bool hit = false;
+    const bool ok = level[n.depth - 1].step(n.byte, level[n.depth], &hit);
+    const bool dep = dependent[n.depth - 1] || hit;
+    if (!ok && !dep) {
+      i = n.subtree_end;
+      continue;
+    }
+    dependent[n.depth] = dep;
+    if (!ok) level[n.depth] = ByteMatcher(start.grammar(), std::vector<GrammarStack>{});  // known stacks dead; outcome below decides
+    for (std::uint32_t k = n.token_begin; k < n.token_end; ++k) {
+      if (ok)
+        out.accepted.set(tokens[k]);
+      else
+        out.dependent.push_back(tokens[k]);
+    }
+    ++i;
+  }
+}
+
+/// Masks for one grammar and vocabulary, cached by stack top (file comment).
+class TokenMasker {
+ public:
+  /// A masker for `grammar` over `trie`'s vocabulary (both shared, never null: std::invalid_argument).
+  TokenMasker(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie)
+      : grammar_(std::move(grammar)), trie_(std::move(trie)) {
+    require(grammar_ != nullptr, "grammar", "null", "must be given");
+    require(trie_ != nullptr, "token trie", "null", "must be given");
+  }
+
+  /// Writes mask(state) into `mask` (resized to the vocabulary and cleared first).
+  void fill_mask(const ByteMatcher& state, TokenBitset& mask) const {
+    if (mask.size() != trie_->vocab_size()) mask = TokenBitset(trie_->vocab_size());
+    mask.clear();
+    if (state.pending_bytes() != 0) {  // inside a character: walk from the whole state
+      TrieWalkResult r{std::move(mask), {}};
+      walk_token_trie(*trie_, state, r);
+      mask = std::move(r.accepted);
+    } else {
+      for (const GrammarStack& s : state.stacks()) {
+        if (s.empty()) continue;
+        const std::shared_ptr<const TrieWalkResult> top = cached(s);
+        mask |= top->accepted;
+        if (top->dependent.empty()) continue;
+        const ByteMatcher from(*grammar_, {s});
+        for (const TokenId t : top->dependent) {
+          if (mask.test(t)) continue;
+          ByteMatcher probe = from;
+          if (probe.accept_bytes(trie_->bytes(t))) mask.set(t);
+        }
+      }
+    }
+    if (state.is_complete())
+      for (const TokenId e : trie_->eos_ids()) mask.set(e);
+  }
+
+  /// Whether `id` is allowed in `state` (the same answer fill_mask gives, for one token).
+  bool allows(const ByteMatcher& state, TokenId id) const {
+    require_index(id, trie_->vocab_size(), "token id");
+    if (trie_->is_eos(id)) return state.is_complete();
+    const std::string_view b = trie_->bytes(id);
+    if (b.empty()) return false;
+    ByteMatcher probe = state;
+    return probe.accept_bytes(b);
+  }
+
+  const Grammar& grammar() const { return *grammar_; }  ///< the grammar masked
+  const TokenTrie& trie() const { return *trie_; }      ///< the vocabulary's trie
+  /// Stack tops cached now (for benchmarks and tests of the cache).
+  std::size_t cached_tops() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cache_.size();
+  }
+
+ private:
+  struct KeyHash {
+    std::size_t operator()(const GrammarStack& k) const {
+      std::size_t h = 1469598103934665603ull;
+      for (const std::uint32_t v : k) h = (h ^ v) * 1099511628211ull;
+      return h;
+    }
+  };
+
+  std::shared_ptr<const TrieWalkResult> cached(const GrammarStack& s) const {
+    GrammarStack key;
+    if (s.size() <= kContextFrames) {
+      key = s;
+    } else {
+      key.push_back(kUnknownContext);
+      key.insert(key.end(), s.end() - static_cast<std::ptrdiff_t>(kContextFrames), s.end());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = cache_.find(key);
+      if (it != cache_.end()) return it->second;
+    }
+    auto r = std::make_shared<TrieWalkResult>(TrieWalkResult{TokenBitset(trie_->vocab_size()), {}});
+    walk_token_trie(*trie_, ByteMatcher(*grammar_, {key}), *r);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cache_.size() >= kMaskCacheEntries) cache_.clear();
+    cache_.emplace(std::move(key), r);
+    return r;
+  }
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const TokenTrie> trie_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<GrammarStack, std::shared_ptr<const TrieWalkResult>, KeyHash> cache_;
+};
+
+}  // namespace inferkit

@@ -1,0 +1,190 @@
+// grammar/token_mask.hpp (with token_trie.hpp, grammar_matcher.hpp): masks equal the brute-force
+// Earley oracle of grammar_oracle.hpp exactly, token by token, over thousands of states reached by
+// random walks: llama.cpp's grammar files (INFERKIT_TEST_GRAMMAR_DIR) and random grammars, with a
+// synthetic vocabulary (text pieces that split UTF-8 characters, byte tokens, control tokens)
+// and with subsets of the real llama-spm and deepseek-llm vocabularies (INFERKIT_TEST_VOCAB_DIR).
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar_oracle.hpp"
+#include "grammar_test_util.hpp"
+#include "inferkit/grammar/gbnf.hpp"
+#include "inferkit/grammar/grammar_matcher.hpp"
+#include "inferkit/grammar/token_mask.hpp"
+#include "inferkit/grammar/token_trie.hpp"
+#include "inferkit/io/gguf.hpp"
+#include "inferkit/tokenizer/gguf_vocabulary.hpp"
+
+using inferkit::Grammar;
+using inferkit::GrammarMatcher;
+using inferkit::TokenBitset;
+using inferkit::TokenId;
+using inferkit::TokenMasker;
+using inferkit::TokenTrie;
+
+namespace {
+
+struct WalkStats {
+  std::size_t states = 0, allowed = 0, eos_states = 0, partial_states = 0;
+};
+
+// Random walks of `walks` x up to `steps` tokens; at every state the matcher's mask must equal the
+// oracle's. Returns what was covered.
+WalkStats compare_along_walks(const std::shared_ptr<const Grammar>& g, const std::shared_ptr<const TokenTrie>& trie,
+                              std::size_t walks, std::size_t steps, std::mt19937& rng) {
+  const auto masker = std::make_shared<const TokenMasker>(g, trie);
+  const inferkit::test::EarleyOracle oracle(*g);
+  std::vector<std::string> bytes(trie->vocab_size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::string(trie->bytes(static_cast<TokenId>(i)));
+  WalkStats st;
+  for (std::size_t w = 0; w < walks; ++w) {
+    GrammarMatcher m(masker);
+    std::string output;
+    for (std::size_t s = 0; s < steps; ++s) {
+      TokenBitset mask;
+      m.fill_mask(mask);
+      const TokenBitset want = inferkit::test::oracle_mask(oracle, output, bytes, trie->eos_ids());
+      ++st.states;
+      st.allowed += want.count();
+      st.partial_states += m.state().pending_bytes() != 0;
+      if (mask != want) {
+        std::string diff;
+        for (std::size_t t = 0; t < bytes.size() && diff.size() < 400; ++t)
+          if (mask.test(static_cast<TokenId>(t)) != want.test(static_cast<TokenId>(t)))
+            diff += " " + std::to_string(t) + "[" + bytes[t] + "]=" + (want.test(static_cast<TokenId>(t)) ? "1" : "0");
+        FAIL("mask differs from the oracle after output [" << output << "]:" << diff);
+      }
+      std::vector<TokenId> choices;
+      mask.for_each([&](TokenId t) {
+        if (!trie->is_eos(t)) choices.push_back(t);
+      });
+      if (m.is_complete()) ++st.eos_states;
+      if (choices.empty()) break;
+      const TokenId t = choices[rng() % choices.size()];
+      m.accept(t);
+      output += bytes[static_cast<std::size_t>(t)];
+    }
+  }
+  return st;
+}
+
+const std::vector<std::pair<const char*, std::vector<std::string>>>& file_samples() {
+  static const std::vector<std::pair<const char*, std::vector<std::string>>> k = {
+      {"json.gbnf", {"{\"a\": [1, -2.5, 3e1, \"x\\u00e9\\n\"],\n \"bé\": {\"c\": null, \"d\": true}}", "{ \"k\":\"v€\" }"}},
+      {"json_arr.gbnf", {"[\n1,\n{\"a\": \"b\"},\n[true, false]]"}},
+      {"arithmetic.gbnf", {"a+1=(b)\n", "x = 2\ny*z=3\n"}},
+      {"chess.gbnf", {"1. e4 e5\n2. Nf3 Nc6\n", "1. O-O O-O-O\n2. exd5 Qxd5+\n"}},
+      {"list.gbnf", {"- one\n- two é\n"}},
+      {"japanese.gbnf", {"こんにちは 世界", "カタカナ、"}},
+      {"english.gbnf", {"Hello, world!", "a b\nc"}},
+      {"c.gbnf", {"int main(){return 0;}", "float f(int x){x = x*2;while(x<3){x = x+1;}}/* c */"}},
+  };
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("Masks equal the brute-force oracle on llama.cpp's grammar files", "[grammar][mask][oracle]") {
+  const auto dir = grammar_test::grammar_dir();
+  if (!dir) {
+    WARN("INFERKIT_TEST_GRAMMAR_DIR is not set: skipped");
+    return;
+  }
+  std::mt19937 rng(1234);
+  WalkStats total;
+  for (const auto& [file, samples] : file_samples()) {
+    INFO(file);
+    const auto g = std::make_shared<const Grammar>(inferkit::parse_gbnf(grammar_test::read_file(*dir + "/" + file)));
+    std::vector<std::string> texts = grammar_test::pieces_of(samples, 400, rng);
+    for (const auto& s : samples) texts.push_back(s.substr(0, 3));
+    const auto trie = std::make_shared<const TokenTrie>(TokenTrie::from_vocabulary(grammar_test::synthetic_vocabulary(texts)));
+    const WalkStats st = compare_along_walks(g, trie, 12, 40, rng);
+    total.states += st.states;
+    total.eos_states += st.eos_states;
+    total.partial_states += st.partial_states;
+  }
+  CHECK(total.states >= 2000);
+  CHECK(total.eos_states > 0);
+  CHECK(total.partial_states > 0);  // some walks stopped inside a UTF-8 character
+}
+
+TEST_CASE("Masks equal the brute-force oracle on random grammars", "[grammar][mask][oracle]") {
+  std::mt19937 rng(99);
+  std::size_t grammars = 0, states = 0, too_ambiguous = 0;
+  while (grammars < 60) {
+    const std::string text = grammar_test::random_gbnf(rng);
+    std::shared_ptr<const Grammar> g;
+    try {
+      g = std::make_shared<const Grammar>(inferkit::parse_gbnf(text));
+    } catch (const std::invalid_argument&) {
+      continue;  // the generator can write a root deriving nothing
+    }
+    INFO(text);
+    ++grammars;
+    const std::vector<std::string> alphabet = {"a", "b", "c", "d", "x", "y", "z", "é", "ë", "€", "ab", "ba", "aé", "zz"};
+    std::vector<std::string> texts = alphabet;
+    for (int i = 0; i < 60; ++i) {
+      std::string s;
+      for (int k = 1 + static_cast<int>(rng() % 4); k-- > 0;) s += alphabet[rng() % alphabet.size()];
+      texts.push_back(s);
+      texts.push_back(s.substr(0, s.size() - 1));  // may end inside é or €
+    }
+    const auto trie = std::make_shared<const TokenTrie>(TokenTrie::from_vocabulary(grammar_test::synthetic_vocabulary(texts)));
+    try {
+      states += compare_along_walks(g, trie, 4, 12, rng).states;
+    } catch (const std::length_error&) {
+      ++too_ambiguous;  // nested nullable repetitions: the stack count limit, a clear error
+    }
+  }
+  CHECK(states >= 1500);
+  CHECK(too_ambiguous <= 6);
+}
+
+TEST_CASE("Masks equal the oracle with real vocabularies (subsets)", "[grammar][mask][oracle]") {
+  const auto gdir = grammar_test::grammar_dir();
+  const auto vdir = grammar_test::vocab_dir();
+  if (!gdir || !vdir) {
+    WARN("INFERKIT_TEST_GRAMMAR_DIR or INFERKIT_TEST_VOCAB_DIR is not set: skipped");
+    return;
+  }
+  std::mt19937 rng(7);
+  for (const char* name : {"llama-spm", "deepseek-llm"}) {
+    INFO(name);
+    const auto file = inferkit::GgufFile::open(*vdir + "/ggml-vocab-" + std::string(name) + ".gguf");
+    const inferkit::Vocabulary v = inferkit::vocabulary_from_gguf(file);
+    const TokenTrie full = TokenTrie::from_vocabulary(v);
+    std::vector<std::string_view> bytes(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (full.bytes(static_cast<TokenId>(i)).size() == 1 || rng() % 64 == 0)
+        bytes[i] = full.bytes(static_cast<TokenId>(i));
+    const auto trie = std::make_shared<const TokenTrie>(bytes, v.eos_token_ids());
+    for (const char* g : {"json.gbnf", "japanese.gbnf", "c.gbnf"}) {
+      INFO(g);
+      const auto grammar = std::make_shared<const Grammar>(inferkit::parse_gbnf(grammar_test::read_file(*gdir + "/" + g)));
+      CHECK(compare_along_walks(grammar, trie, 2, 20, rng).states > 10);
+    }
+  }
+}
+
+TEST_CASE("Control, unused and unknown tokens are never allowed; EOS only when complete", "[grammar][mask]") {
+  const auto g = std::make_shared<const Grammar>(inferkit::parse_gbnf("root ::= \"ab\" | .+"));
+  const inferkit::Vocabulary v = grammar_test::synthetic_vocabulary({"a", "b", "ab"});
+  const auto trie = std::make_shared<const TokenTrie>(TokenTrie::from_vocabulary(v));
+  GrammarMatcher m(std::make_shared<const TokenMasker>(g, trie));
+  TokenBitset mask;
+  m.fill_mask(mask);
+  CHECK_FALSE(mask.test(0));  // <unk>
+  CHECK_FALSE(mask.test(1));  // <s>
+  CHECK_FALSE(mask.test(2));  // </s>: nothing is complete yet
+  CHECK(mask.test(*v.find("ab")));
+  m.accept(*v.find("a"));
+  m.fill_mask(mask);
+  CHECK(mask.test(2));
+  CHECK_FALSE(mask.test(0));
+  CHECK_FALSE(mask.test(1));
+}
