@@ -61,7 +61,8 @@ const GgmlWeights& weights(GgmlType type, Index rows, Index cols) {
       for (auto& b : slot->bytes) b = static_cast<std::byte>(rng());
       const std::uint16_t h = inferkit::to_float16(0.01f).bits;
       for (std::size_t b = 0; b < slot->bytes.size(); b += static_cast<std::size_t>(codec->block_bytes))
-        for (int f = 0; f < codec->factor_count; ++f) std::memcpy(slot->bytes.data() + b + codec->factor_offsets[f], &h, 2);
+        for (int f = 0; f < codec->factor_count; ++f)
+          std::memcpy(slot->bytes.data() + b + codec->factor_offsets[f], &h, 2);
     }
     slot->w = GgmlWeights::view(type, rows, cols, slot->bytes, "bench");
   }
@@ -160,21 +161,21 @@ const bool registered = [] {
     benchmark::RegisterBenchmark(("ggml/naive/matvec_f32_eigen/" + shape).c_str(), BM_matvec_eigen, rows, cols)
         ->ArgName("threads")
         ->ArgName("threads")
-      ->Arg(1)
+        ->Arg(1)
         ->Arg(2)
         ->UseRealTime();
     for (GgmlType t : kTypes) {
       const std::string name = inferkit::ggml_type_name(t);
       benchmark::RegisterBenchmark(("ggml/memread/" + name + "/" + shape).c_str(), BM_memread, t, rows, cols)
           ->ArgName("threads")
-        ->ArgName("threads")
-      ->Arg(1)
+          ->ArgName("threads")
+          ->Arg(1)
           ->Arg(2)
           ->UseRealTime();
       benchmark::RegisterBenchmark(("ggml/inferkit/matvec_" + name + "/" + shape).c_str(), BM_matvec, t, rows, cols)
           ->ArgName("threads")
-        ->ArgName("threads")
-      ->Arg(1)
+          ->ArgName("threads")
+          ->Arg(1)
           ->Arg(2)
           ->UseRealTime();
     }
@@ -191,7 +192,7 @@ const bool registered = [] {
                                  BM_matmul, t, 4096, 4096)
         ->ArgName("threads")
         ->ArgName("threads")
-      ->Arg(1)
+        ->Arg(1)
         ->Arg(2)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);

@@ -5,8 +5,8 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <random>
 #include <set>
@@ -89,7 +89,8 @@ inline std::vector<std::string> pieces_of(const std::vector<std::string>& sample
 inline std::string random_gbnf(std::mt19937& rng) {
   const int n = 2 + static_cast<int>(rng() % 4);
   auto pick = [&](int k) { return static_cast<int>(rng() % static_cast<unsigned>(k)); };
-  const char* const kAtoms[] = {"\"a\"", "\"b\"", "\"ab\"", "[a-c]", "[^a]", "[b-dé]", "\"é\"", "[x-z]", "\"€\"", "\"ba\""};
+  const char* const kAtoms[] = {"\"a\"",  "\"b\"", "\"ab\"", "[a-c]", "[^a]",
+                                "[b-dé]", "\"é\"", "[x-z]",  "\"€\"", "\"ba\""};
   const char* const kOps[] = {"", "", "", "*", "+", "?", "{2}", "{1,3}", "{0,2}", "{2,}"};
   std::string g;
   std::function<std::string(int, int, bool)> seq = [&](int rule, int depth, bool first_only_later) -> std::string {
@@ -111,8 +112,7 @@ inline std::string random_gbnf(std::mt19937& rng) {
       const std::string op = kOps[pick(10)];
       s += (s.empty() ? "" : " ") + item + op;
       // Only a certainly non-empty literal ends "at start" (anything else may match empty).
-      if (item.size() >= 3 && item[0] == '"' && (op.empty() || op == "+" || op == "{2}"))
-        at_start = false;
+      if (item.size() >= 3 && item[0] == '"' && (op.empty() || op == "+" || op == "{2}")) at_start = false;
     }
     return s;
   };

@@ -50,8 +50,8 @@ TokenBitset mask_of(const GrammarMatcher& m) {
 TEST_CASE("GrammarMatcher: accept, reject naming the token, EOS and termination", "[grammar][matcher]") {
   const Fixture f(R"(root ::= "{" [0-9]+ "}")", {"{", "}", "1", "12", "{1", "x", "2}"});
   GrammarMatcher m(f.masker);
-  CHECK_THROWS_WITH(m.accept(f.id("x")), Catch::Contains("token") && Catch::Contains("\"x\"") &&
-                                             Catch::Contains("not allowed"));
+  CHECK_THROWS_WITH(m.accept(f.id("x")),
+                    Catch::Contains("token") && Catch::Contains("\"x\"") && Catch::Contains("not allowed"));
   CHECK(m.accepted_tokens() == 0);
   CHECK_THROWS_AS(m.accept(2), std::invalid_argument);  // EOS before the end
   CHECK_THROWS_AS(m.accept(99999), std::out_of_range);

@@ -75,7 +75,8 @@ WalkStats compare_along_walks(const std::shared_ptr<const Grammar>& g, const std
 
 const std::vector<std::pair<const char*, std::vector<std::string>>>& file_samples() {
   static const std::vector<std::pair<const char*, std::vector<std::string>>> k = {
-      {"json.gbnf", {"{\"a\": [1, -2.5, 3e1, \"x\\u00e9\\n\"],\n \"bé\": {\"c\": null, \"d\": true}}", "{ \"k\":\"v€\" }"}},
+      {"json.gbnf",
+       {"{\"a\": [1, -2.5, 3e1, \"x\\u00e9\\n\"],\n \"bé\": {\"c\": null, \"d\": true}}", "{ \"k\":\"v€\" }"}},
       {"json_arr.gbnf", {"[\n1,\n{\"a\": \"b\"},\n[true, false]]"}},
       {"arithmetic.gbnf", {"a+1=(b)\n", "x = 2\ny*z=3\n"}},
       {"chess.gbnf", {"1. e4 e5\n2. Nf3 Nc6\n", "1. O-O O-O-O\n2. exd5 Qxd5+\n"}},
@@ -102,7 +103,8 @@ TEST_CASE("Masks equal the brute-force oracle on llama.cpp's grammar files", "[g
     const auto g = std::make_shared<const Grammar>(inferkit::parse_gbnf(grammar_test::read_file(*dir + "/" + file)));
     std::vector<std::string> texts = grammar_test::pieces_of(samples, 400, rng);
     for (const auto& s : samples) texts.push_back(s.substr(0, 3));
-    const auto trie = std::make_shared<const TokenTrie>(TokenTrie::from_vocabulary(grammar_test::synthetic_vocabulary(texts)));
+    const auto trie =
+        std::make_shared<const TokenTrie>(TokenTrie::from_vocabulary(grammar_test::synthetic_vocabulary(texts)));
     const WalkStats st = compare_along_walks(g, trie, 12, 40, rng);
     total.states += st.states;
     total.eos_states += st.eos_states;
@@ -126,7 +128,8 @@ TEST_CASE("Masks equal the brute-force oracle on random grammars", "[grammar][ma
     }
     INFO(text);
     ++grammars;
-    const std::vector<std::string> alphabet = {"a", "b", "c", "d", "x", "y", "z", "é", "ë", "€", "ab", "ba", "aé", "zz"};
+    const std::vector<std::string> alphabet = {"a", "b", "c", "d",  "x",  "y",  "z",
+                                               "é", "ë", "€", "ab", "ba", "aé", "zz"};
     std::vector<std::string> texts = alphabet;
     for (int i = 0; i < 60; ++i) {
       std::string s;
@@ -134,7 +137,8 @@ TEST_CASE("Masks equal the brute-force oracle on random grammars", "[grammar][ma
       texts.push_back(s);
       texts.push_back(s.substr(0, s.size() - 1));  // may end inside é or €
     }
-    const auto trie = std::make_shared<const TokenTrie>(TokenTrie::from_vocabulary(grammar_test::synthetic_vocabulary(texts)));
+    const auto trie =
+        std::make_shared<const TokenTrie>(TokenTrie::from_vocabulary(grammar_test::synthetic_vocabulary(texts)));
     try {
       states += compare_along_walks(g, trie, 4, 12, rng).states;
     } catch (const std::length_error&) {
@@ -165,7 +169,8 @@ TEST_CASE("Masks equal the oracle with real vocabularies (subsets)", "[grammar][
     const auto trie = std::make_shared<const TokenTrie>(bytes, v.eos_token_ids());
     for (const char* g : {"json.gbnf", "japanese.gbnf", "c.gbnf"}) {
       INFO(g);
-      const auto grammar = std::make_shared<const Grammar>(inferkit::parse_gbnf(grammar_test::read_file(*gdir + "/" + g)));
+      const auto grammar =
+          std::make_shared<const Grammar>(inferkit::parse_gbnf(grammar_test::read_file(*gdir + "/" + g)));
       CHECK(compare_along_walks(grammar, trie, 2, 20, rng).states > 10);
     }
   }

@@ -43,7 +43,7 @@ double rel_rms(GgmlType t, const quant_test::Mat& x, const inferkit::GgmlWeights
 // The header's figures (ggml_quantize.hpp) with 10% headroom for the sample.
 const std::map<GgmlType, double> kStatedError = {
     {GgmlType::kQ8_0, 0.006}, {GgmlType::kQ6_K, 0.02}, {GgmlType::kQ5_1, 0.04}, {GgmlType::kQ5_K, 0.04},
-    {GgmlType::kQ5_0, 0.045},  {GgmlType::kQ4_1, 0.08},  {GgmlType::kQ4_K, 0.08}, {GgmlType::kQ4_0, 0.09},
+    {GgmlType::kQ5_0, 0.045}, {GgmlType::kQ4_1, 0.08}, {GgmlType::kQ4_K, 0.08}, {GgmlType::kQ4_0, 0.09},
     {GgmlType::kQ3_K, 0.16},  {GgmlType::kQ2_K, 0.34}};
 
 }  // namespace
@@ -63,7 +63,8 @@ TEST_CASE("ggml_quantize: error on N(0, 1) weights within the stated figures, fo
     const Index bs = inferkit::ggml_block_size(t);
     for (Index b = 0; b < 4096 / bs; ++b) {
       const auto w = ggml_test::decode(t, p + b * inferkit::ggml_block_bytes(t));
-      for (Index k = 0; k < bs; ++k) REQUIRE(row[static_cast<std::size_t>(b * bs + k)] == static_cast<float>(w[static_cast<std::size_t>(k)].w));
+      for (Index k = 0; k < bs; ++k)
+        REQUIRE(row[static_cast<std::size_t>(b * bs + k)] == static_cast<float>(w[static_cast<std::size_t>(k)].w));
     }
     // Same bytes whatever the thread count.
     const auto q1 = inferkit::ggml_quantize(t, x.view(), "w", 1);
@@ -87,7 +88,9 @@ TEST_CASE("ggml_quantize: values a type represents exactly come back exactly", "
       {GgmlType::kQ4_0, [&](Index k) { return k % 32 == 5 ? -8.0f / 64 : float(int(rng() % 16) - 8) / 64; }},
       {GgmlType::kQ5_0, [&](Index k) { return k % 32 == 9 ? -16.0f / 64 : float(int(rng() % 32) - 16) / 64; }},
       {GgmlType::kQ4_1,
-       [&](Index k) { return 0.5f + (k % 32 == 0 ? 0.0f : k % 32 == 1 ? 15.0f / 32 : float(rng() % 16) / 32); }},
+       [&](Index k) {
+         return 0.5f + (k % 32 == 0 ? 0.0f : k % 32 == 1 ? 15.0f / 32 : float(rng() % 16) / 32);
+       }},
       {GgmlType::kF16, [&](Index) { return std::ldexp(float(int(rng() % 2048) - 1024), int(rng() % 16) - 10); }},
       {GgmlType::kBF16, [&](Index) { return std::ldexp(float(int(rng() % 256) - 128), int(rng() % 60) - 30); }},
   };
@@ -108,8 +111,8 @@ TEST_CASE("ggml_quantize: zero rows, constant rows and huge values stay finite",
   for (GgmlType t : ggml_test::block_types()) {
     quant_test::Mat x(3, 256, 0.0f);
     for (Index k = 0; k < 256; ++k) {
-      x(1, k) = 3.0f;                              // constant (no spread: affine step 0)
-      x(2, k) = k % 2 ? 60000.0f : -1e-30f;        // near the binary16 range, with denormal partners
+      x(1, k) = 3.0f;                        // constant (no spread: affine step 0)
+      x(2, k) = k % 2 ? 60000.0f : -1e-30f;  // near the binary16 range, with denormal partners
     }
     const auto q = inferkit::ggml_quantize(t, x.view(), "edge");
     std::vector<float> row(256);
@@ -161,8 +164,8 @@ TEST_CASE("ggml quantized tensors round-trip through a GGUF file", "[quant][ggml
 }
 
 TEST_CASE("ggml_mix_type: the _M rule on a 22-layer model", "[quant][ggml]") {
-  using inferkit::GgmlMix;
   using inferkit::ggml_mix_type;
+  using inferkit::GgmlMix;
   // More bits: layers 0, 1 (first eighth: 22 / 8 = 2), 19, 20, 21 (>= 7 * 22 / 8 = 19), and
   // layers 2 + 3k + 2 = 4, 7, 10, 13, 16 between.
   std::vector<int> more;

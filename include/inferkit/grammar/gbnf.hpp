@@ -267,7 +267,10 @@ class GbnfParser {
   }
 
   static int hex_value(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
   }
 
   // One character of a literal or class: an escape or a UTF-8 encoded code point.
@@ -324,7 +327,6 @@ class GbnfParser {
   std::size_t pos_ = 0;
   GrammarBuilder builder_;
   std::vector<std::pair<std::uint32_t, std::size_t>> references_;  // (rule, where) for undefined-rule errors
-
 };
 
 }  // namespace detail
@@ -332,8 +334,6 @@ class GbnfParser {
 /// Parses GBNF `text` (file comment) into a Grammar whose start rule is `root`. Throws
 /// std::invalid_argument naming line and column for a syntax error, the first reference to an
 /// undefined rule (with its position), a missing root, and left recursion (naming the rule).
-inline Grammar parse_gbnf(std::string_view text) {
-  return Grammar(detail::GbnfParser(text).run(), "root");
-}
+inline Grammar parse_gbnf(std::string_view text) { return Grammar(detail::GbnfParser(text).run(), "root"); }
 
 }  // namespace inferkit

@@ -78,9 +78,8 @@ class CharClass {
   /// Whether `cp` is in the set.
   bool contains(char32_t cp) const {
     if (cp < 128) return (ascii_[cp >> 6] >> (cp & 63)) & 1;
-    const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), cp, [](char32_t v, const Range& r) {
-      return v < r.lo;
-    });
+    const auto it =
+        std::upper_bound(ranges_.begin(), ranges_.end(), cp, [](char32_t v, const Range& r) { return v < r.lo; });
     return it != ranges_.begin() && cp <= std::prev(it)->hi;
   }
   /// Whether the set holds some code point in [lo, hi].
@@ -89,8 +88,8 @@ class CharClass {
       if (r.lo <= hi && lo <= r.hi) return true;
     return false;
   }
-  bool empty() const { return ranges_.empty(); }                   ///< no code point at all
-  const std::vector<Range>& ranges() const { return ranges_; }  ///< sorted, disjoint, non-adjacent
+  bool empty() const { return ranges_.empty(); }                              ///< no code point at all
+  const std::vector<Range>& ranges() const { return ranges_; }                ///< sorted, disjoint, non-adjacent
   bool operator==(const CharClass& o) const { return ranges_ == o.ranges_; }  ///< same set
 
  private:
@@ -158,7 +157,7 @@ class GrammarBuilder {
   }
   /// Whether rule `id` has a definition.
   bool defined(std::uint32_t id) const { return defined_.at(id); }
-  std::size_t rule_count() const { return names_.size(); }               ///< rules named so far
+  std::size_t rule_count() const { return names_.size(); }                   ///< rules named so far
   const std::string& name(std::uint32_t id) const { return names_.at(id); }  ///< rule id's name
 
   /// Most elements (symbols plus one End per alternative) a grammar may have: bounds the memory a
@@ -218,15 +217,15 @@ class Grammar {
     }
   }
 
-  std::uint32_t root() const { return root_; }                     ///< the start rule's id
-  std::size_t rule_count() const { return names_.size(); }         ///< number of rules
+  std::uint32_t root() const { return root_; }                                    ///< the start rule's id
+  std::size_t rule_count() const { return names_.size(); }                        ///< number of rules
   const std::string& rule_name(std::uint32_t id) const { return names_.at(id); }  ///< rule id's name
   /// The start positions (indices into elements()) of rule id's alternatives.
   std::span<const std::uint32_t> alternatives(std::uint32_t id) const { return rule_alternatives_.at(id); }
-  const std::vector<Element>& elements() const { return elements_; }  ///< every alternative, End-terminated
-  const Element& element(std::uint32_t pos) const { return elements_[pos]; }  ///< elements()[pos], unchecked
+  const std::vector<Element>& elements() const { return elements_; }             ///< every alternative, End-terminated
+  const Element& element(std::uint32_t pos) const { return elements_[pos]; }     ///< elements()[pos], unchecked
   const CharClass& chars(std::uint32_t index) const { return classes_[index]; }  ///< class `index`
-  std::size_t class_count() const { return classes_.size(); }  ///< distinct classes
+  std::size_t class_count() const { return classes_.size(); }                    ///< distinct classes
 
  private:
   std::uint32_t intern(const CharClass& c) {

@@ -66,8 +66,7 @@ class GrammarMatcher {
         }
       }
       throw_invalid_argument("grammar token " + std::to_string(id) + " (\"" + shown + "\")",
-                             terminated_ ? "after end of generation" : "not allowed",
-                             "must be in the grammar's mask");
+                             terminated_ ? "after end of generation" : "not allowed", "must be in the grammar's mask");
     }
   }
   /// Advances by `id` and returns true when allowed; otherwise returns false, state unchanged.
@@ -106,10 +105,10 @@ class GrammarMatcher {
   std::string forced_bytes(std::size_t max_bytes = 256) const {
     return terminated_ ? std::string() : history_.back().forced_bytes(max_bytes);
   }
-  std::size_t accepted_tokens() const { return accepted_; }        ///< tokens accepted and not rolled back
+  std::size_t accepted_tokens() const { return accepted_; }            ///< tokens accepted and not rolled back
   std::size_t rollback_window() const { return history_.size() - 1; }  ///< tokens rollback can undo now
-  const ByteMatcher& state() const { return history_.back(); }      ///< the byte-level state
-  const TokenMasker& masker() const { return *masker_; }            ///< the shared masker
+  const ByteMatcher& state() const { return history_.back(); }         ///< the byte-level state
+  const TokenMasker& masker() const { return *masker_; }               ///< the shared masker
 
  private:
   void push(ByteMatcher s) {

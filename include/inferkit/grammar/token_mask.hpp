@@ -67,7 +67,9 @@ inline void walk_token_trie(const TokenTrie& trie, const ByteMatcher& start, Tri
       continue;
     }
     dependent[n.depth] = dep;
-    if (!ok) level[n.depth] = ByteMatcher(start.grammar(), std::vector<GrammarStack>{});  // known stacks dead; outcome below decides
+    if (!ok)
+      level[n.depth] =
+          ByteMatcher(start.grammar(), std::vector<GrammarStack>{});  // known stacks dead; outcome below decides
     for (std::uint32_t k = n.token_begin; k < n.token_end; ++k) {
       if (ok)
         out.accepted.set(tokens[k]);

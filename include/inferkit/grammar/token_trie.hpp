@@ -92,8 +92,8 @@ class TokenTrie {
   const std::vector<Node>& nodes() const { return nodes_; }  ///< preorder
   /// Token ids in the trie sorted by bytes (Node::token_begin indexes this).
   const std::vector<TokenId>& tokens() const { return tokens_; }
-  std::size_t vocab_size() const { return vocab_size_; }  ///< ids the masks cover
-  std::size_t max_depth() const { return max_depth_; }    ///< bytes of the longest token
+  std::size_t vocab_size() const { return vocab_size_; }        ///< ids the masks cover
+  std::size_t max_depth() const { return max_depth_; }          ///< bytes of the longest token
   const std::vector<TokenId>& eos_ids() const { return eos_; }  ///< end-of-generation ids
   /// The bytes of token `id` as given (empty: not in the trie). Unchecked id.
   std::string_view bytes(TokenId id) const {

@@ -2,8 +2,8 @@
 // Quantization from float into every ggml block type (the runner's `quantize`), and the `_M`
 // mixes (which tensor of a model gets which type).
 //
-//   const auto w = inferkit::ggml_quantize(inferkit::GgmlType::kQ4_K, floats /*rows x cols*/, "blk.0.ffn_up.weight", 2);
-//   const auto t = inferkit::ggml_mix_type(inferkit::GgmlMix::kQ4_K_M, "blk.3.attn_v.weight", 22);  // Q6_K
+//   const auto w = inferkit::ggml_quantize(inferkit::GgmlType::kQ4_K, floats /*rows x cols*/, "blk.0.ffn_up.weight",
+//   2); const auto t = inferkit::ggml_mix_type(inferkit::GgmlMix::kQ4_K_M, "blk.3.attn_v.weight", 22);  // Q6_K
 //
 // How scales are chosen (per block; layouts and symbols of ggml_blocks.hpp). No iterative
 // search: one pass from each group's extremes, then every code recomputed with the scales as
@@ -93,7 +93,8 @@ inline void ggml_quantize_block32(GgmlType t, const float* x, std::uint8_t* b) {
   const bool five = t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1;
   if (t == GgmlType::kQ8_0) {
     const float d = ggml_put_half(b, abs_max(x, 32) / 127.0f);
-    for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(symmetric_code(x[i], d, 127)));
+    for (int i = 0; i < 32; ++i)
+      b[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(symmetric_code(x[i], d, 127)));
     return;
   }
   std::uint8_t* qs;
@@ -168,7 +169,8 @@ inline void ggml_quantize_block256(GgmlType t, const float* x, std::uint8_t* b) 
       const float s = d * static_cast<float>(sc), m = dm * static_cast<float>(mn);
       for (int i = 0; i < 16; ++i) u[16 * j + i] = ggml_code(x[16 * j + i] + m, s, 0, 3);
     }
-    for (int e = 0; e < 256; ++e) b[16 + 32 * (e / 128) + e % 32] |= static_cast<std::uint8_t>(u[e] << (2 * ((e / 32) % 4)));
+    for (int e = 0; e < 256; ++e)
+      b[16 + 32 * (e / 128) + e % 32] |= static_cast<std::uint8_t>(u[e] << (2 * ((e / 32) % 4)));
     return;
   }
   // Q6_K and Q3_K: symmetric groups of 16, signed group scales.
@@ -279,7 +281,7 @@ inline GgmlType ggml_fallback_type(GgmlType t) {
 inline GgmlType ggml_mix_type(GgmlMix mix, std::string_view name, int n_layers, int n_dims = 2, Index cols = 256) {
   require(n_layers > 0, "n_layers", n_layers, "must be > 0");
   if (n_dims < 2) return GgmlType::kF32;
-  const GgmlType base = mix == GgmlMix::kQ3_K_M ? GgmlType::kQ3_K
+  const GgmlType base = mix == GgmlMix::kQ3_K_M   ? GgmlType::kQ3_K
                         : mix == GgmlMix::kQ4_K_M ? GgmlType::kQ4_K
                                                   : GgmlType::kQ5_K;
   int layer = -1;
