@@ -16,13 +16,26 @@
 //   case 3 deterministic_reject_root: all 8 root children rejected (8 removals), draw from the rest
 //   case 4 greedy_path: greedy verification along the spine to depth 8
 //   case 5 chain_greedy: the chain baseline of case 4, verify_greedy on the 8 spine tokens
+//
+// Accepted tokens per target pass, tree against chain at the same number of verified rows
+// (16: 15 drafts + the root), synthetic Markov target P and draft Q (V = 64, Q a perturbed P;
+// draft 0 close to P, draft 1 flatter and noisier, draft 2 a peaked target; see MarkovPair):
+//   speculative_accept/rows16/kind:<k>/draft:<d>, counter tokens_per_pass (emitted / verifications)
+//   kind 0 chain_sampled: 15 drafts sampled from Q, verify_draft (temperature 1)
+//   kind 1 tree_topk: DraftTreeBuilder (top_k 4, expand_width 4, max_depth 15, 15 nodes),
+//          verify_tree_deterministic (temperature 1)
+//   kind 2 chain_greedy: the draft's 15 argmax tokens, verify_greedy (temperature 0)
+//   kind 3 tree_greedy: the same tree as kind 1, verify_tree_greedy (temperature 0)
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include "bench_util.hpp"
 #include "inferkit/sampling/speculative.hpp"
+#include "inferkit/sampling/tree_builder.hpp"
 #include "inferkit/sampling/tree_verify.hpp"
 
 namespace {
@@ -184,6 +197,100 @@ void BM_verify_tree(benchmark::State& state) {
   }
   ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
+
+/// Markov target and draft over 64 tokens: P rows of gamma(k) weights, Q = P^a * noise (draft 0:
+/// k = 0.3 (mean top probability 0.15), a = 0.7, noise in [0.5, 1.5], close to P; draft 1: k = 0.3,
+/// a = 0.3, noise in [0.1, 1.9]; draft 2: a peaked target, k = 0.05, with draft 0's Q rule).
+struct MarkovPair {
+  static constexpr Index kV = 64;
+  std::vector<std::vector<float>> P, Q;
+  explicit MarkovPair(int draft) {
+    std::mt19937 gen(17);
+    std::gamma_distribution<double> g(draft == 2 ? 0.05 : 0.3, 1.0);
+    const double a = draft == 1 ? 0.3 : 0.7, spread = draft == 1 ? 0.9 : 0.5;
+    std::uniform_real_distribution<double> noise(1.0 - spread, 1.0 + spread);
+    for (Index s = 0; s < kV; ++s) {
+      std::vector<double> w(static_cast<std::size_t>(kV)), d(w.size());
+      double zw = 0, zd = 0;
+      for (std::size_t i = 0; i < w.size(); ++i) zw += (w[i] = g(gen) + 1e-6);
+      for (std::size_t i = 0; i < w.size(); ++i) zd += (d[i] = std::pow(w[i] / zw, a) * noise(gen));
+      std::vector<float> p(w.size()), q(w.size());
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        p[i] = static_cast<float>(w[i] / zw);
+        q[i] = static_cast<float>(d[i] / zd);
+      }
+      P.push_back(p);
+      Q.push_back(q);
+    }
+  }
+};
+
+TokenId inverse_cdf(const std::vector<float>& d, double u) {
+  double c = 0;
+  for (std::size_t i = 0; i < d.size(); ++i)
+    if (u < (c += d[i])) return static_cast<TokenId>(i);
+  return static_cast<TokenId>(d.size() - 1);
+}
+
+void BM_tokens_per_pass(benchmark::State& state) {
+  static const MarkovPair pairs[3] = {MarkovPair(0), MarkovPair(1), MarkovPair(2)};
+  const MarkovPair& m = pairs[state.range(1)];
+  const int kind = static_cast<int>(state.range(0));
+  constexpr Index kDrafts = 15;
+  const inferkit::CounterRng draft_rng(1, 1), verify_rng(1, 2);
+  std::uint64_t draft_draw = 0, verify_draw = 0;
+  double emitted = 0, passes = 0;
+  TokenId ctx = 0;
+  std::vector<float> pm, qm;
+  for (auto _ : state) {
+    for (int pass = 0; pass < 200; ++pass) {
+      inferkit::VerifyResult r;
+      if (kind == 0 || kind == 2) {  // a chain from the draft
+        std::vector<TokenId> draft;
+        pm.clear();
+        qm.clear();
+        TokenId c = ctx;
+        for (Index i = 0; i < kDrafts; ++i) {
+          const auto& q = m.Q[static_cast<std::size_t>(c)];
+          const TokenId x =
+              kind == 0 ? inverse_cdf(q, draft_rng.uniform_double(draft_draw++)) : inferkit::argmax_token(q);
+          qm.insert(qm.end(), q.begin(), q.end());
+          pm.insert(pm.end(), m.P[static_cast<std::size_t>(c)].begin(), m.P[static_cast<std::size_t>(c)].end());
+          draft.push_back(c = x);
+        }
+        pm.insert(pm.end(), m.P[static_cast<std::size_t>(c)].begin(), m.P[static_cast<std::size_t>(c)].end());
+        const inferkit::MatrixView<const float> pv(pm.data(), kDrafts + 1, MarkovPair::kV);
+        r = kind == 0 ? inferkit::verify_draft(draft, {qm.data(), kDrafts, MarkovPair::kV}, pv, verify_rng, verify_draw)
+                      : inferkit::verify_greedy(draft, pv);
+        verify_draw += kDrafts + 1;
+      } else {  // an EAGLE-2 tree from the draft
+        inferkit::DraftTreeBuilder b({.top_k = 4, .expand_width = 4, .max_depth = kDrafts, .max_nodes = kDrafts},
+                                     m.Q[static_cast<std::size_t>(ctx)]);
+        for (auto wave = b.next_to_expand(); !wave.empty(); wave = b.next_to_expand())
+          for (Index c : wave) b.expand(c, m.Q[static_cast<std::size_t>(b.token(c))]);
+        const inferkit::TokenTree tree = b.build();
+        pm.clear();
+        for (Index u = 0; u <= tree.size(); ++u) {
+          const auto& row = m.P[static_cast<std::size_t>(u == 0 ? ctx : tree.token(u - 1))];
+          pm.insert(pm.end(), row.begin(), row.end());
+        }
+        const inferkit::MatrixView<const float> pv(pm.data(), tree.size() + 1, MarkovPair::kV);
+        r = kind == 1 ? inferkit::verify_tree_deterministic(tree, pv, verify_rng, verify_draw)
+                      : inferkit::verify_tree_greedy(tree, pv);
+        verify_draw += tree.draw_blocks();
+      }
+      emitted += static_cast<double>(r.tokens.size());
+      passes += 1;
+      ctx = r.tokens.back();
+    }
+  }
+  state.counters["tokens_per_pass"] = emitted / passes;
+}
+
+BENCHMARK(BM_tokens_per_pass)
+    ->Name("speculative_accept/rows16")
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}})
+    ->ArgNames({"kind", "draft"});
 
 BENCHMARK(BM_verify_tree)
     ->Name("speculative_tree/inferkit")

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -69,13 +70,15 @@ TEST_CASE("tree attention in batch-invariant mode equals decoding each path toke
           "[attention][tree_attention]") {
   for (const auto& [prefix, nodes, seed] :
        std::vector<std::tuple<Index, Index, std::uint32_t>>{{0, 5, 1}, {37, 12, 2}, {300, 31, 3}, {1100, 63, 4}}) {
-    for (int variant = 0; variant < 3; ++variant) {
+    const std::vector<float> sinks{0.5f, -1.0f, 2.0f, -std::numeric_limits<float>::infinity()};
+    for (int variant = 0; variant < 4; ++variant) {
       inferkit::AttentionOptions opt{.batch_invariant = true};
       if (variant == 1) {
         opt.alibi = true;
         opt.softcap = 20.0f;
       }
       if (variant == 2) opt.window = 40;
+      if (variant == 3) opt.sink_logits = sinks;
       TreeCase<inferkit::BFloat16> c(prefix, nodes, seed);
       const Shape s = c.s;
       std::vector<float> out(c.q.size()), lse(static_cast<std::size_t>(c.rows * s.hq));
@@ -107,13 +110,15 @@ TEST_CASE("tree attention (prefix once, paths merged by LSE) matches the fp64 re
           "[attention][tree_attention]") {
   for (const auto& [prefix, nodes, seed] :
        std::vector<std::tuple<Index, Index, std::uint32_t>>{{0, 7, 11}, {64, 20, 12}, {700, 63, 13}}) {
-    for (int variant = 0; variant < 3; ++variant) {
+    const std::vector<float> sinks{0.5f, -1.0f, 2.0f, -std::numeric_limits<float>::infinity()};
+    for (int variant = 0; variant < 4; ++variant) {
       inferkit::AttentionOptions opt{};
       if (variant == 1) {
         opt.alibi = true;
         opt.softcap = 20.0f;
       }
       if (variant == 2) opt.window = 50;
+      if (variant == 3) opt.sink_logits = sinks;  // one sink per row, not one per merged pass
       TreeCase<float> c(prefix, nodes, seed);
       const Shape s = c.s;
       std::vector<float> out(c.q.size()), lse(static_cast<std::size_t>(c.rows * s.hq));

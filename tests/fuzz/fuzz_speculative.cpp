@@ -6,11 +6,18 @@
 // accepted drafts had p_i(x_i) > 0; the last token is in range and has positive mass where it
 // was drawn from (the bonus row, the residual max(0, p - q), or p without the draft token);
 // the result is reproducible and verify_batch returns each item's solo result.
+// Token trees (sampling/token_tree.hpp, tree_verify.hpp, ngram_drafter.hpp): random parents
+// arrays (broken orders too) either build a depth-first tree or throw std::invalid_argument;
+// verify_tree / verify_tree_deterministic / verify_tree_greedy return a root path plus one token
+// (accepted nodes had p > 0 where sampled, the last token in range), reproducibly; n-gram
+// drafts are tries whose root paths follow an earlier occurrence of the matched suffix.
 
 #include <vector>
 
 #include "fuzz_util.hpp"
+#include "inferkit/sampling/ngram_drafter.hpp"
 #include "inferkit/sampling/speculative.hpp"
+#include "inferkit/sampling/tree_verify.hpp"
 
 using inferkit::Index;
 using inferkit::TokenId;
@@ -91,10 +98,72 @@ bool same(const inferkit::VerifyResult& a, const inferkit::VerifyResult& b) {
   return a.accepted == b.accepted && a.tokens == b.tokens && a.bonus == b.bonus;
 }
 
+void fuzz_tree(FuzzedDataProvider& in) {
+  const Index vocab = in.ConsumeIntegralInRange<Index>(1, 12), n = in.ConsumeIntegralInRange<Index>(0, 70);
+  std::vector<TokenId> tokens;
+  std::vector<Index> parents;
+  for (Index i = 0; i < n; ++i) {
+    tokens.push_back(in.ConsumeIntegralInRange<TokenId>(-1, static_cast<TokenId>(vocab)));
+    parents.push_back(in.ConsumeIntegralInRange<Index>(-2, i));
+  }
+  inferkit::TokenTree tree;
+  if (!fuzz::ok([&] { tree = inferkit::TokenTree(tokens, parents); })) return;
+  FUZZ_CHECK(n <= inferkit::TokenTree::kMaxNodes);
+  std::vector<float> p(static_cast<std::size_t>((tree.size() + 1) * vocab)),
+      q(static_cast<std::size_t>(tree.expanded_count() * vocab));
+  for (Index i = 0; i <= tree.size(); ++i) fill_row(in, p.data() + i * vocab, vocab);
+  for (Index i = 0; i < tree.expanded_count(); ++i) fill_row(in, q.data() + i * vocab, vocab);
+  const inferkit::MatrixView<const float> pv(p.data(), tree.size() + 1, vocab),
+      qv(q.data(), tree.expanded_count(), vocab);
+  const inferkit::CounterRng rng(in.ConsumeIntegral<std::uint64_t>());
+  const int mode = in.ConsumeIntegralInRange<int>(0, 2);
+  const auto run = [&] {
+    return mode == 0   ? inferkit::verify_tree(tree, qv, pv, rng, 7)
+           : mode == 1 ? inferkit::verify_tree_deterministic(tree, pv, rng, 7)
+                       : inferkit::verify_tree_greedy(tree, pv);
+  };
+  inferkit::VerifyResult r;
+  if (!fuzz::ok([&] { r = run(); })) return;
+  FUZZ_CHECK(r.tokens.size() == r.path.size() + 1 && r.accepted == static_cast<Index>(r.path.size()));
+  Index up = inferkit::TokenTree::kRoot;
+  for (std::size_t j = 0; j < r.path.size(); ++j) {  // a root path, its tokens emitted
+    FUZZ_CHECK(tree.parent(r.path[j]) == up);
+    FUZZ_CHECK(r.tokens[j] == tree.token(r.path[j]));
+    if (mode < 2) FUZZ_CHECK(p[static_cast<std::size_t>((up + 1) * vocab + tree.token(r.path[j]))] > 0.0f);
+    up = r.path[j];
+  }
+  FUZZ_CHECK(r.tokens.back() >= 0 && r.tokens.back() < vocab);
+  FUZZ_CHECK(r.bonus == (tree.first_child(up + 1) < 0));
+  FUZZ_CHECK(same(r, run()));
+  // n-gram drafting over the tree's tokens as a context
+  inferkit::NgramDrafterOptions o;
+  o.n_min = in.ConsumeIntegralInRange<Index>(1, 3);
+  o.n_max = o.n_min + in.ConsumeIntegralInRange<Index>(0, 3);
+  o.max_nodes = in.ConsumeIntegralInRange<Index>(1, 64);
+  inferkit::NgramDrafter d(o);
+  d.extend(tree.tokens());
+  const auto m = d.find();
+  const auto ctx = d.context();
+  const Index len = static_cast<Index>(ctx.size());
+  for (Index e : m.ends) {
+    FUZZ_CHECK(e >= m.n - 1 && e < len - 1);
+    for (Index j = 0; j < m.n; ++j)
+      FUZZ_CHECK(ctx[static_cast<std::size_t>(e - j)] == ctx[static_cast<std::size_t>(len - 1 - j)]);
+  }
+  const inferkit::TokenTree draft = d.draft();
+  FUZZ_CHECK(draft.size() <= o.max_nodes);
+  FUZZ_CHECK(draft.empty() == m.ends.empty());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
+  if (size > 0 && data[0] % 4 == 0) {  // a quarter of the inputs fuzz token trees
+    in.ConsumeIntegral<std::uint8_t>();
+    fuzz_tree(in);
+    return 0;
+  }
   std::vector<Case> cases;
   for (int n = in.ConsumeIntegralInRange<int>(1, 3); n > 0; --n) cases.push_back(any_case(in));
   std::vector<inferkit::VerifyResult> solo(cases.size());

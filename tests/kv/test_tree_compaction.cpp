@@ -70,10 +70,12 @@ TEMPLATE_TEST_CASE("tree compaction of a dense cache equals decoding the accepte
       k.push_back(tc_normals(std::size_t(total * kTreeHeads * kTreeDim), unsigned(trial * 10 + l)));
       v.push_back(tc_normals(std::size_t(total * kTreeHeads * kTreeDim), unsigned(trial * 10 + l + 5)));
     }
-    inferkit::DenseKvCache<TestType> tree({.layers = kTreeLayers, .kv_heads = kTreeHeads, .head_dim = kTreeDim, .capacity = 8});
-    inferkit::DenseKvCache<TestType> seq({.layers = kTreeLayers, .kv_heads = kTreeHeads, .head_dim = kTreeDim, .capacity = 8});
+    inferkit::DenseKvCache<TestType> tree(
+        {.layers = kTreeLayers, .kv_heads = kTreeHeads, .head_dim = kTreeDim, .capacity = 8});
+    inferkit::DenseKvCache<TestType> seq(
+        {.layers = kTreeLayers, .kv_heads = kTreeHeads, .head_dim = kTreeDim, .capacity = 8});
     for (Index l = 0; l < kTreeLayers; ++l) {
-      tree.append(l, tc_rows(k[l], 0, total), tc_rows(v[l], 0, total));  // prefix + every tree row
+      tree.append(l, tc_rows(k[l], 0, total), tc_rows(v[l], 0, total));           // prefix + every tree row
       seq.append(l, tc_rows(k[l], 0, prefix + 1), tc_rows(v[l], 0, prefix + 1));  // prefix + root
       for (Index node : path) seq.append(l, tc_rows(k[l], prefix + 1 + node, 1), tc_rows(v[l], prefix + 1 + node, 1));
     }

@@ -19,7 +19,8 @@
 //     those of decoding its path token by token (the batch-invariant mode's promise);
 //   otherwise: one sequence of all rows over the prefix (read once for the whole tree) and one
 //     short sequence per row over its path, merged exactly by log-sum-exp (cascade attention,
-//     core/online_softmax.hpp): cost = one pass over the prefix + the real path tokens.
+//     core/online_softmax.hpp): cost = one pass over the prefix + the real path tokens. Sink
+//     logits join the prefix pass only, so each row counts its sink once.
 
 #include <algorithm>
 #include <cstdint>
@@ -197,7 +198,9 @@ void tree_attention(Tensor3View<const float> q, const S& base, Index prefix, std
   const std::vector<Index> cu_all{0, rows};
   attention_batch(q, cu_all, prefix_source, op, lp, o);
   for (const auto& p : paths) path_sources.emplace_back(base, prefix, p, false);
-  attention_batch(q, cu_rows, path_sources, oq, lq, o);
+  AttentionOptions path_opt = o;
+  path_opt.sink_logits = {};  // a sink enters once per row: with the prefix pass (options.hpp)
+  attention_batch(q, cu_rows, path_sources, oq, lq, path_opt);
   merge_attention_states(Tensor3View<const float>(op), MatrixView<const float>(lp), Tensor3View<const float>(oq),
                          MatrixView<const float>(lq), out, lse);
 }
