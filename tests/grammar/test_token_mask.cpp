@@ -2,7 +2,8 @@
 // Earley oracle of grammar_oracle.hpp exactly, token by token, over thousands of states reached by
 // random walks: llama.cpp's grammar files (INFERKIT_TEST_GRAMMAR_DIR) and random grammars, with a
 // synthetic vocabulary (text pieces that split UTF-8 characters, byte tokens, control tokens)
-// and with subsets of the real llama-spm and deepseek-llm vocabularies (INFERKIT_TEST_VOCAB_DIR).
+// the converted schemas of data/schemas.json, and with subsets of the real llama-spm and deepseek-llm vocabularies
+// (INFERKIT_TEST_VOCAB_DIR).
 
 #include <catch2/catch.hpp>
 
@@ -15,10 +16,12 @@
 #include "grammar_test_util.hpp"
 #include "inferkit/grammar/gbnf.hpp"
 #include "inferkit/grammar/grammar_matcher.hpp"
+#include "inferkit/grammar/json_schema.hpp"
 #include "inferkit/grammar/token_mask.hpp"
 #include "inferkit/grammar/token_trie.hpp"
 #include "inferkit/io/gguf.hpp"
 #include "inferkit/tokenizer/gguf_vocabulary.hpp"
+#include "schema_judge.hpp"
 
 using inferkit::Grammar;
 using inferkit::GrammarMatcher;
@@ -147,6 +150,22 @@ TEST_CASE("Masks equal the brute-force oracle on random grammars", "[grammar][ma
   }
   CHECK(states >= 1500);
   CHECK(too_ambiguous <= 6);
+}
+
+TEST_CASE("Masks equal the brute-force oracle on converted JSON schemas", "[grammar][mask][oracle]") {
+  std::mt19937 rng(55);
+  std::size_t states = 0;
+  const auto cases = grammar_test::schema_cases();
+  for (std::size_t c = 0; c < cases.size(); c += 3) {
+    INFO(cases[c].name);
+    const auto g =
+        std::make_shared<const Grammar>(inferkit::parse_gbnf(inferkit::json_schema_to_gbnf(*cases[c].schema)));
+    std::vector<std::string> texts = grammar_test::pieces_of(cases[c].valid, 300, rng);
+    const auto trie =
+        std::make_shared<const TokenTrie>(TokenTrie::from_vocabulary(grammar_test::synthetic_vocabulary(texts)));
+    states += compare_along_walks(g, trie, 4, 30, rng).states;
+  }
+  CHECK(states >= 1000);
 }
 
 TEST_CASE("Masks equal the oracle with real vocabularies (subsets)", "[grammar][mask][oracle]") {

@@ -213,7 +213,7 @@ class SchemaConverter {
                                                  "minLength",
                                                  "maxLength"};
     std::vector<std::string> constraining;
-    for (const auto& [k, v] : s.members) {
+    for (const std::string& k : s.keys) {
       if (annotations().count(k)) continue;
       if (!kKnown.count(k)) unsupported(k, ptr, "is not supported by the grammar converter");
       constraining.push_back(k);
@@ -345,7 +345,7 @@ class SchemaConverter {
         required.insert(r.text);
       }
     }
-    if (!props || props->members.empty()) {
+    if (!props || props->keys.empty()) {
       if (!required.empty()) unsupported("required", ptr, "needs properties");
       if (extra && extra->kind == JsonValue::Kind::kBool && !extra->boolean) return fresh(R"("{" ws "}")");
       const std::string v = extra && extra->kind == JsonValue::Kind::kObject
@@ -358,10 +358,11 @@ class SchemaConverter {
     if (extra && !(extra->kind == JsonValue::Kind::kBool && !extra->boolean))
       unsupported("additionalProperties", ptr, "must be false (or absent) when properties are given");
     // R_i_c: the members from i on, c = whether a comma comes before the next member written.
-    const std::size_t n = props->members.size();
+    const std::size_t n = props->keys.size();
     std::vector<std::string> kv(n);
     for (std::size_t i = 0; i < n; ++i) {
-      const auto& [name, sub] = props->members[i];
+      const std::string& name = props->keys[i];
+      const JsonValue& sub = props->values[i];
       std::string key;
       JsonValue::quote(name, key);
       kv[i] = gbnf_quote(key) + " ws \":\" ws " + visit(sub, ptr + "/properties/" + name) + " ws";
@@ -378,7 +379,7 @@ class SchemaConverter {
         }
         const std::string sep = c ? "\",\" ws " : "";
         std::string body = sep + kv[i] + " " + names[1][i + 1];
-        if (!required.count(props->members[i].first)) body += " | " + names[c][i + 1];
+        if (!required.count(props->keys[i])) body += " | " + names[c][i + 1];
         rules_[names[c][i]] = body;
       }
     }

@@ -27,18 +27,21 @@ inline constexpr std::size_t kMaxJsonDepth = 256;
 struct JsonValue {
   /// The JSON type.
   enum class Kind : std::uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
-  Kind kind = Kind::kNull;                                 ///< which type
-  bool boolean = false;                                    ///< kBool: the value
-  double number = 0;                                       ///< kNumber: the value as a double
-  std::string text;                                        ///< kNumber: as written; kString: the decoded string (UTF-8)
-  std::vector<JsonValue> items;                            ///< kArray: the elements
-  std::vector<std::pair<std::string, JsonValue>> members;  ///< kObject: key-value pairs as written
+  Kind kind = Kind::kNull;       ///< which type
+  bool boolean = false;          ///< kBool: the value
+  double number = 0;             ///< kNumber: the value as a double
+  std::string text;              ///< kNumber: as written; kString: the decoded string (UTF-8)
+  std::vector<JsonValue> items;  ///< kArray: the elements
+  /// kObject: the keys as written (values[i] is keys[i]'s value). Two vectors, not pairs: a
+  /// std::pair of an incomplete JsonValue is ill-formed (std::vector allows incomplete types).
+  std::vector<std::string> keys;
+  std::vector<JsonValue> values;  ///< kObject: the values, one per key
 
   /// The first member named `key` of an object, or nullptr (also for non-objects).
   const JsonValue* find(std::string_view key) const {
     if (kind != Kind::kObject) return nullptr;
-    for (const auto& [k, v] : members)
-      if (k == key) return &v;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) return &values[i];
     return nullptr;
   }
   /// Whether the number is an integer (no fraction or exponent in its text, or a whole value).
@@ -74,11 +77,11 @@ struct JsonValue {
         break;
       case Kind::kObject:
         out += '{';
-        for (std::size_t i = 0; i < members.size(); ++i) {
+        for (std::size_t i = 0; i < keys.size(); ++i) {
           if (i) out += ',';
-          quote(members[i].first, out);
+          quote(keys[i], out);
           out += ':';
-          members[i].second.dump_to(out);
+          values[i].dump_to(out);
         }
         out += '}';
         break;
@@ -152,7 +155,8 @@ class JsonParser {
         space();
         if (i_ >= s_.size() || s_[i_] != ':') fail("':'");
         ++i_;
-        v.members.emplace_back(std::move(k), value(depth + 1));
+        v.keys.push_back(std::move(k));
+        v.values.push_back(value(depth + 1));
         space();
         if (i_ < s_.size() && s_[i_] == ',') {
           ++i_;
