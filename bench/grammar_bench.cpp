@@ -18,9 +18,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <ctime>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -106,62 +106,74 @@ void register_vocab(Vocab& v) {
     for (const bool fresh : {true, false}) {
       const std::string name =
           std::string("grammar/mask/") + (fresh ? "inferkit_cold/" : "inferkit_warm/") + v.name + "/" + wl;
-      benchmark::RegisterBenchmark(name.c_str(), [&v, &ws, fresh](benchmark::State& st) {
-        std::vector<std::shared_ptr<const inferkit::TokenMasker>> maskers(ws.size());
-        std::vector<double> us;
-        if (!fresh) walk(ws, v.trie, maskers, false, us);  // warm the caches outside the timing
-        for (auto _ : st) {
-          us.clear();
-          walk(ws, v.trie, maskers, fresh, us);
-        }
-        report(st, us);
-      })->Iterations(fresh ? 1 : 3)->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [&v, &ws, fresh](benchmark::State& st) {
+                                     std::vector<std::shared_ptr<const inferkit::TokenMasker>> maskers(ws.size());
+                                     std::vector<double> us;
+                                     if (!fresh)
+                                       walk(ws, v.trie, maskers, false, us);  // warm the caches outside the timing
+                                     for (auto _ : st) {
+                                       us.clear();
+                                       walk(ws, v.trie, maskers, fresh, us);
+                                     }
+                                     report(st, us);
+                                   })
+          ->Iterations(fresh ? 1 : 3)
+          ->Unit(benchmark::kMillisecond);
     }
     const std::string naive = std::string("grammar/mask/naive/") + v.name + "/" + wl;
-    benchmark::RegisterBenchmark(naive.c_str(), [&v, &ws](benchmark::State& st) {
-      std::vector<double> us;
-      inferkit::TokenBitset mask(v.trie->vocab_size());
-      for (auto _ : st) {
-        us.clear();
-        for (const Workload& w : ws) {
-          const inferkit::TokenMasker masker(w.grammar, v.trie);
-          for (const auto& ids : w.instances) {
-            inferkit::ByteMatcher m(*w.grammar);
-            for (std::size_t k = 0; k < ids.size() && k < 8; ++k) {
-              const double t0 = cpu_us();
-              mask.clear();
-              for (std::size_t t = 0; t < v.trie->vocab_size(); ++t)
-                if (masker.allows(m, static_cast<TokenId>(t))) mask.set(static_cast<TokenId>(t));
-              us.push_back(cpu_us() - t0);
-              benchmark::DoNotOptimize(mask);
-              if (!m.accept_bytes(v.trie->bytes(ids[k]))) std::abort();
-            }
-            if (us.size() > 200) break;
-          }
-          if (us.size() > 200) break;
-        }
-      }
-      report(st, us);
-    })->Iterations(1)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(naive.c_str(),
+                                 [&v, &ws](benchmark::State& st) {
+                                   std::vector<double> us;
+                                   inferkit::TokenBitset mask(v.trie->vocab_size());
+                                   for (auto _ : st) {
+                                     us.clear();
+                                     for (const Workload& w : ws) {
+                                       const inferkit::TokenMasker masker(w.grammar, v.trie);
+                                       for (const auto& ids : w.instances) {
+                                         inferkit::ByteMatcher m(*w.grammar);
+                                         for (std::size_t k = 0; k < ids.size() && k < 8; ++k) {
+                                           const double t0 = cpu_us();
+                                           mask.clear();
+                                           for (std::size_t t = 0; t < v.trie->vocab_size(); ++t)
+                                             if (masker.allows(m, static_cast<TokenId>(t)))
+                                               mask.set(static_cast<TokenId>(t));
+                                           us.push_back(cpu_us() - t0);
+                                           benchmark::DoNotOptimize(mask);
+                                           if (!m.accept_bytes(v.trie->bytes(ids[k]))) std::abort();
+                                         }
+                                         if (us.size() > 200) break;
+                                       }
+                                       if (us.size() > 200) break;
+                                     }
+                                   }
+                                   report(st, us);
+                                 })
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
   }
   if (!v.schemas.empty()) {
     const std::string name = "grammar/compile/inferkit/" + v.name + "/schemas";
-    benchmark::RegisterBenchmark(name.c_str(), [&v](benchmark::State& st) {
-      std::vector<double> us;
-      inferkit::TokenBitset mask;
-      for (auto _ : st) {
-        us.clear();
-        for (const Workload& w : v.schemas) {
-          const double t0 = cpu_us();
-          auto g = std::make_shared<const inferkit::Grammar>(inferkit::json_schema_grammar(w.schema_text));
-          const auto masker = std::make_shared<const inferkit::TokenMasker>(g, v.trie);
-          inferkit::GrammarMatcher m(masker);
-          m.fill_mask(mask);
-          us.push_back(cpu_us() - t0);
-        }
-      }
-      report(st, us);
-    })->Iterations(1)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [&v](benchmark::State& st) {
+          std::vector<double> us;
+          inferkit::TokenBitset mask;
+          for (auto _ : st) {
+            us.clear();
+            for (const Workload& w : v.schemas) {
+              const double t0 = cpu_us();
+              auto g = std::make_shared<const inferkit::Grammar>(inferkit::json_schema_grammar(w.schema_text));
+              const auto masker = std::make_shared<const inferkit::TokenMasker>(g, v.trie);
+              inferkit::GrammarMatcher m(masker);
+              m.fill_mask(mask);
+              us.push_back(cpu_us() - t0);
+            }
+          }
+          report(st, us);
+        })
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
   }
   const std::string ms = "grammar/mask_sample/inferkit/" + v.name;
   benchmark::RegisterBenchmark(ms.c_str(), [&v](benchmark::State& st) {
@@ -195,14 +207,18 @@ bool setup() {
   const char* vdir = std::getenv("INFERKIT_TEST_VOCAB_DIR");
   const char* gdir = std::getenv("INFERKIT_TEST_GRAMMAR_DIR");
   if (!vdir || !*vdir) return false;
-  const inferkit::JsonValue schemas = inferkit::parse_json(read_file(std::string(INFERKIT_GRAMMAR_BENCH_DATA) + "/schemas.json"));
+  const inferkit::JsonValue schemas =
+      inferkit::parse_json(read_file(std::string(INFERKIT_GRAMMAR_BENCH_DATA) + "/schemas.json"));
   std::shared_ptr<const inferkit::Grammar> json_gbnf;
-  if (gdir && *gdir) json_gbnf = std::make_shared<const inferkit::Grammar>(inferkit::parse_gbnf(read_file(std::string(gdir) + "/json.gbnf")));
+  if (gdir && *gdir)
+    json_gbnf =
+        std::make_shared<const inferkit::Grammar>(inferkit::parse_gbnf(read_file(std::string(gdir) + "/json.gbnf")));
   for (const char* name : {"deepseek-llm", "llama-spm"}) {
     Vocab v;
     v.name = name;
     const auto f = inferkit::GgufFile::open(std::string(vdir) + "/ggml-vocab-" + name + ".gguf");
-    v.tok = std::make_unique<inferkit::Tokenizer>(grammar_test::without_space_prefix(inferkit::vocabulary_from_gguf(f)));
+    v.tok =
+        std::make_unique<inferkit::Tokenizer>(grammar_test::without_space_prefix(inferkit::vocabulary_from_gguf(f)));
     v.trie = std::make_shared<const inferkit::TokenTrie>(inferkit::TokenTrie::from_vocabulary(v.tok->vocabulary()));
     Workload jg;
     jg.grammar = json_gbnf;

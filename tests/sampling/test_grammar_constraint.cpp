@@ -41,7 +41,8 @@ std::string sample_output(const ik::SamplerChain& chain, const ik::TokenTrie& tr
       logits[i] = 2.0f * nd(rng);
       if (step > 40) {
         const std::string_view b = trie.bytes(static_cast<TokenId>(i));
-        if (trie.is_eos(static_cast<TokenId>(i)) || (!b.empty() && b.find_first_of("\"]},0123456789") != std::string_view::npos && b.size() <= 2))
+        if (trie.is_eos(static_cast<TokenId>(i)) ||
+            (!b.empty() && b.find_first_of("\"]},0123456789") != std::string_view::npos && b.size() <= 2))
           logits[i] += 6.0f;
       }
     }
@@ -74,7 +75,8 @@ TEST_CASE("GrammarConstraint: sampled outputs parse and validate with real vocab
     const ik::Vocabulary v = ik::vocabulary_from_gguf(file);
     const auto trie = std::make_shared<const ik::TokenTrie>(ik::TokenTrie::from_vocabulary(v));
     // json.gbnf
-    const auto json = std::make_shared<const ik::Grammar>(ik::parse_gbnf(grammar_test::read_file(*gdir + "/json.gbnf")));
+    const auto json =
+        std::make_shared<const ik::Grammar>(ik::parse_gbnf(grammar_test::read_file(*gdir + "/json.gbnf")));
     ik::SamplerChain chain;
     chain.add(ik::GrammarConstraint{std::make_shared<const ik::TokenMasker>(json, trie)})
         .add(ik::Temperature{1.0f})
@@ -117,7 +119,8 @@ TEST_CASE("GrammarConstraint: sampled outputs parse and validate with real vocab
 TEST_CASE("GrammarConstraint: bytes round trip, copies fork, rollback undoes drafted tokens", "[sampling][grammar]") {
   const auto g = std::make_shared<const ik::Grammar>(ik::json_schema_grammar(
       R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"array","items":{"type":"string"}}}})"));
-  const ik::Vocabulary v = grammar_test::synthetic_vocabulary({"{\"a\":", "1", "2", ",\"b\":[", "\"x\"", "\"y", "z\"", ",", "]}", "}"});
+  const ik::Vocabulary v =
+      grammar_test::synthetic_vocabulary({"{\"a\":", "1", "2", ",\"b\":[", "\"x\"", "\"y", "z\"", ",", "]}", "}"});
   const auto trie = std::make_shared<const ik::TokenTrie>(ik::TokenTrie::from_vocabulary(v));
   const ik::GrammarConstraint stage{std::make_shared<const ik::TokenMasker>(g, trie)};
   ik::SamplerChain chain;

@@ -35,8 +35,8 @@ class CharClass {
  public:
   /// One closed range [lo, hi] of code points.
   struct Range {
-    char32_t lo;  ///< first code point
-    char32_t hi;  ///< last code point (>= lo)
+    char32_t lo;                                    ///< first code point
+    char32_t hi;                                    ///< last code point (>= lo)
     bool operator==(const Range&) const = default;  ///< same bounds
   };
 

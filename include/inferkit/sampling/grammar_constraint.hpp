@@ -40,7 +40,7 @@ namespace inferkit {
 /// A request's grammar state (file comment). Record tag 2 of SamplerState::to_bytes(): the token
 /// count (u32) then each id (u32, little-endian).
 struct GrammarConstraintState {
-  std::vector<TokenId> tokens;                     ///< committed since admission, in order
+  std::vector<TokenId> tokens;                      ///< committed since admission, in order
   mutable std::shared_ptr<GrammarMatcher> matcher;  ///< where `tokens` lead; null until first use
 
   /// Its record tag in SamplerState's bytes (never reused for another state).
