@@ -116,7 +116,7 @@ struct EpSetup {
            [](Index, MatrixView<const float> in, MatrixView<float> out) {
              std::memcpy(out.data(), in.data(), static_cast<std::size_t>(in.rows() * in.cols()) * sizeof(float));
            },
-           MatrixView<float>(y.data(), T, D), {.threads = 1});
+           MatrixView<float>(y.data(), T, D), {.num_threads = 1});
   }
   void alltoallv_only(MPI_Datatype row) {
     MPI_Alltoallv(sbuf.data(), scount.data(), sdispl.data(), row, rbuf.data(), rcount.data(), rdispl.data(), row,

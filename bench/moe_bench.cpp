@@ -60,7 +60,7 @@ const Inputs& inputs(Shape s) {
 }
 
 inferkit::RouterOptions router(Shape s, int threads) {
-  return {.top_k = s.k, .scoring = inferkit::RouterScoring::softmax_topk, .renormalize = true, .threads = threads};
+  return {.top_k = s.k, .scoring = inferkit::RouterScoring::softmax_topk, .renormalize = true, .num_threads = threads};
 }
 
 double moved_bytes(Shape s) { return 2.0 * static_cast<double>(kT * s.k) * kD * sizeof(float); }
@@ -73,7 +73,7 @@ void move_rows(const inferkit::DispatchPlan& plan, const Inputs& in, inferkit::A
   inferkit::dispatch(plan, MatrixView<const float>(in.x.data(), kT, kD),
                      MatrixView<float>(rows.data(), plan.num_rows(), kD), threads);
   inferkit::combine(plan, MatrixView<const float>(rows.data(), plan.num_rows(), kD),
-                    MatrixView<float>(out.data(), kT, kD), {.threads = threads});
+                    MatrixView<float>(out.data(), kT, kD), {.num_threads = threads});
   benchmark::DoNotOptimize(out.data());
   benchmark::ClobberMemory();
 }

@@ -85,7 +85,7 @@ template <class Q>
 void run_matvec(benchmark::State& state, const Q& q, inferkit::ActivationFormat act) {
   const auto x = ib::normal_floats(kK, 1.0f, 2);
   std::vector<float> y(kN);
-  const inferkit::MatvecOptions o{.activations = act, .threads = static_cast<int>(state.range(0))};
+  const inferkit::MatvecOptions o{.activations = act, .num_threads = static_cast<int>(state.range(0))};
   for (auto _ : state) {
     inferkit::matvec(q, x, y, o);
     benchmark::ClobberMemory();
@@ -126,7 +126,7 @@ void run_w8a8(benchmark::State& state, bool outliers) {
   const auto& W = weights();
   const auto x = prefill_activations(outliers);
   std::vector<float> y(static_cast<std::size_t>(kM * kN));
-  inferkit::MatmulOptions o{.threads = static_cast<int>(state.range(0))};
+  inferkit::MatmulOptions o{.num_threads = static_cast<int>(state.range(0))};
   if (outliers) o.outliers = inferkit::OutlierOptions{6.0f, W.view()};
   inferkit::MatmulStats st;
   for (auto _ : state) {

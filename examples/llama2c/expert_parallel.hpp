@@ -44,7 +44,7 @@ class ExpertParallelMoe final : public ExpertParallelHook {
     plan_.build(local_);
     exchange_.run(plan_, inferkit::MatrixView<const float>(xb + mine.first * dim, mine.tokens, dim), expert,
                   inferkit::MatrixView<float>(x + mine.first * dim, mine.tokens, dim),
-                  {.accumulate = true, .threads = num_threads});
+                  {.accumulate = true, .num_threads = num_threads});
     counts_.resize(static_cast<std::size_t>(ranks));
     displs_.resize(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) {

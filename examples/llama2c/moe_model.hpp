@@ -149,7 +149,7 @@ class MoeFfn {
     const inferkit::RouterOptions ro{.top_k = k,
                                      .scoring = options.scoring,
                                      .renormalize = options.scoring == inferkit::RouterScoring::sigmoid,
-                                     .threads = options.num_threads};
+                                     .num_threads = options.num_threads};
     const inferkit::MatrixView<const float> lv(logits_.data(), n, E);
     inferkit::route(lv, ro, routing_);
     inferkit::apply_capacity(
@@ -174,7 +174,7 @@ class MoeFfn {
                  inferkit::MatrixView<float>(out_.data() + r0 * D, ne, D));
     }
     inferkit::combine(plan_, inferkit::MatrixView<const float>(out_.data(), N, D), inferkit::MatrixView<float>(x, n, D),
-                      {.accumulate = true, .threads = options.num_threads});
+                      {.accumulate = true, .num_threads = options.num_threads});
   }
 
   /// out = expert e's SwiGLU FFN of the rows in (contiguous [rows, dim] views): one matrix-matrix

@@ -79,14 +79,14 @@ class QuantizedProjections final : public ProjectionHook {
       inferkit::matvec(
           *q.int4, xs, ys,
           {.activations = o_.act_int8 ? inferkit::ActivationFormat::kInt8 : inferkit::ActivationFormat::kFloat,
-           .threads = o_.num_threads});
+           .num_threads = o_.num_threads});
     } else if (o_.act_int8) {
-      inferkit::MatmulOptions mo{.threads = o_.num_threads};
+      inferkit::MatmulOptions mo{.num_threads = o_.num_threads};
       if (o_.outlier_threshold) mo.outliers = inferkit::OutlierOptions{*o_.outlier_threshold, q.float_weights};
       inferkit::matmul(inferkit::MatrixView<const float>(x, 1, q.float_weights.cols()), *q.int8,
                        inferkit::MatrixView<float>(y, 1, q.float_weights.rows()), mo);
     } else {
-      inferkit::matvec(*q.int8, xs, ys, {.threads = o_.num_threads});
+      inferkit::matvec(*q.int8, xs, ys, {.num_threads = o_.num_threads});
     }
   }
 

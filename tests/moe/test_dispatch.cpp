@@ -133,13 +133,13 @@ TEST_CASE("dispatch / combine: bitwise independent of threads and of splitting t
     const int n = t1 - t0;
     Routing r;
     inferkit::route(MatrixView<const float>(logits.data() + t0 * E, n, E),
-                    {.top_k = k, .renormalize = true, .threads = threads}, r);
+                    {.top_k = k, .renormalize = true, .num_threads = threads}, r);
     DispatchPlan p(r);
     std::vector<float> rows(std::size_t(p.num_rows() * d)), y, out(std::size_t(n * d));
     inferkit::dispatch(p, MatrixView<const float>(x.data() + t0 * d, n, d),
                        MatrixView<float>(rows.data(), p.num_rows(), d), threads);
     experts(p, rows, y, d);
-    inferkit::combine(p, view(y, p.num_rows(), d), MatrixView<float>(out.data(), n, d), {.threads = threads});
+    inferkit::combine(p, view(y, p.num_rows(), d), MatrixView<float>(out.data(), n, d), {.num_threads = threads});
     return out;
   };
   const auto whole1 = run(0, T, 1);

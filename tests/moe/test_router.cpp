@@ -181,15 +181,15 @@ TEST_CASE("route: NaN and +inf logits and all -inf rows are errors naming the to
     logits[200 * E + 5] = std::numeric_limits<float>::quiet_NaN();
     logits[250 * E + 1] = std::numeric_limits<float>::quiet_NaN();
     Routing r;
-    CHECK_THROWS_WITH(inferkit::route(view(logits, T, E), {.top_k = 2, .threads = threads}, r),
+    CHECK_THROWS_WITH(inferkit::route(view(logits, T, E), {.top_k = 2, .num_threads = threads}, r),
                       Catch::Contains("logits[200][5]") && Catch::Contains("NaN"));
     logits = normal(T * E, 9);
     logits[7 * E + 2] = std::numeric_limits<float>::infinity();
-    CHECK_THROWS_WITH(inferkit::route(view(logits, T, E), {.top_k = 2, .threads = threads}, r),
+    CHECK_THROWS_WITH(inferkit::route(view(logits, T, E), {.top_k = 2, .num_threads = threads}, r),
                       Catch::Contains("logits[7][2]") && Catch::Contains("+inf"));
     logits = normal(T * E, 9);
     for (int e = 0; e < E; ++e) logits[3 * E + e] = -std::numeric_limits<float>::infinity();
-    CHECK_THROWS_WITH(inferkit::route(view(logits, T, E), {.top_k = 2, .threads = threads}, r),
+    CHECK_THROWS_WITH(inferkit::route(view(logits, T, E), {.top_k = 2, .num_threads = threads}, r),
                       Catch::Contains("logits[3][0]") && Catch::Contains("all be -inf"));
   }
   std::vector<float> nan_row = {0.0f, std::numeric_limits<float>::quiet_NaN()};
@@ -230,17 +230,17 @@ TEST_CASE("route: bitwise independent of the thread count", "[moe][router][threa
     RouterOptions o{
         .top_k = 8, .scoring = scoring, .renormalize = true, .selection_bias = bias, .num_groups = 8, .topk_groups = 4};
     Routing one, two;
-    o.threads = 1;
+    o.num_threads = 1;
     inferkit::route(view(logits, T, E), o, one);
-    o.threads = 2;
+    o.num_threads = 2;
     inferkit::route(view(logits, T, E), o, two);
     CHECK(one.expert_ids == two.expert_ids);
     CHECK(same_bits(one.weights, two.weights));
     CHECK(same_bits(one.mean_probability, two.mean_probability));
     CHECK(one.z_loss == two.z_loss);
     Routing ec1, ec2;
-    inferkit::route_expert_choice(view(logits, T, E), {.capacity_factor = 2.0, .threads = 1}, ec1);
-    inferkit::route_expert_choice(view(logits, T, E), {.capacity_factor = 2.0, .threads = 2}, ec2);
+    inferkit::route_expert_choice(view(logits, T, E), {.capacity_factor = 2.0, .num_threads = 1}, ec1);
+    inferkit::route_expert_choice(view(logits, T, E), {.capacity_factor = 2.0, .num_threads = 2}, ec2);
     CHECK(ec1.token_offsets == ec2.token_offsets);
     CHECK(ec1.expert_ids == ec2.expert_ids);
     CHECK(same_bits(ec1.weights, ec2.weights));

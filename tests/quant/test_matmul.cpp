@@ -165,8 +165,8 @@ TEST_CASE("W8A8 results do not depend on the thread count", "[quant][matmul][thr
   Mat a(37, 300), b(37, 300);
   const inferkit::MatmulOptions base{.outliers = inferkit::OutlierOptions{6.0f, w.view()}};
   auto o1 = base, o2 = base;
-  o1.threads = 1;
-  o2.threads = 2;
+  o1.num_threads = 1;
+  o2.num_threads = 2;
   inferkit::matmul(x.view(), q, a.mut(), o1);
   inferkit::matmul(x.view(), q, b.mut(), o2);
   CHECK(a.v == b.v);

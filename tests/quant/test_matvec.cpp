@@ -157,10 +157,10 @@ TEST_CASE("matvec results do not depend on the thread count", "[quant][matvec][t
   const auto x = activations(1000, 15);
   for (auto act : {inferkit::ActivationFormat::kFloat, inferkit::ActivationFormat::kInt8}) {
     std::vector<float> a(1100), b(1100), c(1100), d(1100);
-    inferkit::matvec(q8, x, a, {.activations = act, .threads = 1});
-    inferkit::matvec(q8, x, b, {.activations = act, .threads = 2});
-    inferkit::matvec(q4, x, c, {.activations = act, .threads = 1});
-    inferkit::matvec(q4, x, d, {.activations = act, .threads = 2});
+    inferkit::matvec(q8, x, a, {.activations = act, .num_threads = 1});
+    inferkit::matvec(q8, x, b, {.activations = act, .num_threads = 2});
+    inferkit::matvec(q4, x, c, {.activations = act, .num_threads = 1});
+    inferkit::matvec(q4, x, d, {.activations = act, .num_threads = 2});
     CHECK(a == b);
     CHECK(c == d);
   }

@@ -55,6 +55,7 @@
 #include <span>
 
 #include "inferkit/core/error.hpp"
+#include "inferkit/core/threading.hpp"
 #include "inferkit/core/view.hpp"
 
 namespace inferkit {
@@ -111,7 +112,7 @@ inline void validate_options(const AttentionOptions& o, Index num_q_heads) {
   // The kernels multiply by 1 / softcap: below the smallest normal float it would be infinite.
   require(o.softcap == 0.0f || o.softcap >= std::numeric_limits<float>::min(), "softcap", o.softcap,
           "must be 0 (off) or at least the smallest normal float, 1.17549e-38");
-  require(o.num_threads >= 0, "num_threads", o.num_threads, "must be >= 0 (0 = OpenMP default)");
+  require_thread_count("num_threads", o.num_threads);
   require(o.arithmetic == AttentionArithmetic::kExact || o.arithmetic == AttentionArithmetic::kReduced, "arithmetic",
           static_cast<int>(o.arithmetic), "must be AttentionArithmetic::kExact or kReduced");
   require(o.kv_split_tokens >= 0, "kv_split_tokens", o.kv_split_tokens, "must be >= 0 (0 = automatic)");

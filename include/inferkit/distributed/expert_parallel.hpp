@@ -184,7 +184,7 @@ class ExpertParallelExchange {
     // 1. Dispatch, in send order (destination rank, then expert id); the plan's order when the
     //    placement is ordered.
     rows_.resize(static_cast<std::size_t>(plan.num_rows() * D));
-    dispatch(plan, tokens, MatrixView<float>(rows_.data(), plan.num_rows(), D), opt.threads);
+    dispatch(plan, tokens, MatrixView<float>(rows_.data(), plan.num_rows(), D), opt.num_threads);
     const float* send = rows_.data();
     send_count_.assign(n, 0);
     send_counts_by_expert_.clear();

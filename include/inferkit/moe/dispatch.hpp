@@ -117,7 +117,7 @@ class DispatchPlan {
 /// Options of combine().
 struct CombineOptions {
   bool accumulate = false;  ///< add into out (e.g. the residual stream) instead of overwriting it
-  int threads = 0;          ///< OpenMP threads (0 = OpenMP's default)
+  int num_threads = 0;      ///< OpenMP threads (0 = OpenMP's default)
 };
 
 namespace detail {
@@ -205,19 +205,20 @@ inline void require_cols(Index got, Index want, const char* parameter, const cha
 /// @param plan    built from the routing of these tokens
 /// @param tokens  token rows [T, D] (any row stride), T = plan.num_tokens()
 /// @param rows    output [N, D], N = plan.num_rows() (any row stride)
-/// @param threads OpenMP threads (0 = OpenMP's default); the result does not depend on it
+/// @param num_threads OpenMP threads (0 = OpenMP's default); the result does not depend on it
 /// @throws std::invalid_argument when the shapes do not match the plan
 /// Thread-safety: reads plan and tokens, writes rows only.
 template <class T>
-void dispatch(const DispatchPlan& plan, MatrixView<const T> tokens, MatrixView<T> rows, int threads = 0) {
+void dispatch(const DispatchPlan& plan, MatrixView<const T> tokens, MatrixView<T> rows, int num_threads = 0) {
   static_assert(std::is_trivially_copyable_v<T>);
+  require_thread_count("num_threads", num_threads);
   detail::require_cols(tokens.rows(), plan.num_tokens(), "tokens.rows()", "the plan's num_tokens");
   detail::require_cols(rows.rows(), plan.num_rows(), "rows.rows()", "the plan's num_rows");
   detail::require_cols(rows.cols(), tokens.cols(), "rows.cols()", "tokens.cols()");
   const Index n = plan.num_rows();
   const auto d = static_cast<std::size_t>(tokens.cols());
   const std::int32_t* src = plan.row_tokens().data();
-  const int nt = resolve_threads(threads);
+  const int nt = resolve_threads(num_threads);
   const bool stream = detail::stream_copies(static_cast<std::size_t>(n) * d * sizeof(T));
 #pragma omp parallel for schedule(static) \
     num_threads(nt) if (nt > 1 && n > 1 && n * tokens.cols() >= detail::kParallelMinElements)
@@ -232,8 +233,8 @@ void dispatch(const DispatchPlan& plan, MatrixView<const T> tokens, MatrixView<T
 /// Overload for mutable token views.
 template <class T>
 void dispatch(const DispatchPlan& plan, MatrixView<T> tokens, MatrixView<T> rows,
-              int threads = 0) requires(!std::is_const_v<T>) {
-  dispatch(plan, MatrixView<const T>(tokens), rows, threads);
+              int num_threads = 0) requires(!std::is_const_v<T>) {
+  dispatch(plan, MatrixView<const T>(tokens), rows, num_threads);
 }
 
 /// Scatters expert outputs back to tokens, weighted, in a fixed order (file comment):
@@ -246,6 +247,7 @@ void dispatch(const DispatchPlan& plan, MatrixView<T> tokens, MatrixView<T> rows
 /// @throws std::invalid_argument when the shapes do not match the plan
 inline void combine(const DispatchPlan& plan, MatrixView<const float> expert_out, MatrixView<float> out,
                     CombineOptions opt = {}) {
+  require_thread_count("num_threads", opt.num_threads);
   detail::require_cols(expert_out.rows(), plan.num_rows(), "expert_out.rows()", "the plan's num_rows");
   detail::require_cols(out.rows(), plan.num_tokens(), "out.rows()", "the plan's num_tokens");
   detail::require_cols(out.cols(), expert_out.cols(), "out.cols()", "expert_out.cols()");
@@ -254,7 +256,7 @@ inline void combine(const DispatchPlan& plan, MatrixView<const float> expert_out
   const Index* offsets = plan.token_offsets().data();
   const Index* slot_rows = plan.slot_rows().data();
   const float* weights = plan.slot_weights().data();
-  const int nt = resolve_threads(opt.threads);
+  const int nt = resolve_threads(opt.num_threads);
   constexpr std::size_t W = simd::kWidth;
   constexpr std::size_t kBlock = 4 * W;  // four accumulators per slot pass
 #pragma omp parallel for schedule(static) \

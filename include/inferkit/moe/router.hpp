@@ -57,7 +57,7 @@ struct RouterOptions {
   Index num_groups = 1;           ///< expert groups G (1 = no group limit); E % G == 0
   Index topk_groups = 1;          ///< groups kept per token when G > 1, in [1, G]
   Index group_score_experts = 2;  ///< a group's score sums its best this many s_e; in [1, E / G]
-  int threads = 0;                ///< OpenMP threads (0 = OpenMP's default)
+  int num_threads = 0;            ///< OpenMP threads (0 = OpenMP's default)
 };
 
 /// Parameters of expert-choice routing (Zhou et al. 2022): each expert takes its top-C tokens.
@@ -66,7 +66,7 @@ struct ExpertChoiceOptions {
   double capacity_factor = 2.0;
   Index capacity = -1;                 ///< explicit C per expert (>= 0; clipped to T); overrides capacity_factor
   float routed_scaling_factor = 1.0f;  ///< multiplies every weight; finite
-  int threads = 0;                     ///< OpenMP threads (0 = OpenMP's default)
+  int num_threads = 0;                 ///< OpenMP threads (0 = OpenMP's default)
 };
 
 namespace detail {
@@ -233,6 +233,7 @@ inline void validate_logits_view(MatrixView<const float> logits) {
 }
 
 inline void validate_router_options(const RouterOptions& opt, Index experts) {
+  require_thread_count("num_threads", opt.num_threads);
   require(opt.top_k >= 1 && opt.top_k <= experts, "top_k", opt.top_k,
           "must be in [1, E = " + std::to_string(experts) + "]");
   require_finite(opt.routed_scaling_factor, "routed_scaling_factor");
@@ -309,7 +310,7 @@ inline void route(MatrixView<const float> logits, const RouterOptions& opt, Rout
   auto& buf = detail::router_buffers();
   buf.chunk_prob.resize(static_cast<std::size_t>(chunks * experts));
   buf.chunk_z.resize(static_cast<std::size_t>(chunks));
-  const int threads = resolve_threads(opt.threads);
+  const int threads = resolve_threads(opt.num_threads);
   // Each chunk is routed by one thread with that thread's scratch; chunks write disjoint outputs.
   bool failed = false;
   auto run_chunk = [&](Index c, detail::RouterTokenScratch& s) {
@@ -376,6 +377,7 @@ inline Index expert_choice_capacity(const ExpertChoiceOptions& opt, Index tokens
 inline void route_expert_choice(MatrixView<const float> logits, const ExpertChoiceOptions& opt, Routing& out) {
   detail::validate_logits_view(logits);
   require_finite(opt.routed_scaling_factor, "routed_scaling_factor");
+  require_thread_count("num_threads", opt.num_threads);
   const Index tokens = logits.rows(), experts = logits.cols();
   const Index cap = expert_choice_capacity(opt, tokens, experts);
   out.num_tokens = tokens;
@@ -402,7 +404,7 @@ inline void route_expert_choice(MatrixView<const float> logits, const ExpertChoi
   // Each expert's top-C tokens: chosen[e * C + j] (unordered within an expert).
   std::vector<std::int32_t>& chosen = buf.chosen;
   chosen.resize(static_cast<std::size_t>(experts * cap));
-  const int threads = resolve_threads(opt.threads);
+  const int threads = resolve_threads(opt.num_threads);
 #pragma omp parallel num_threads(threads) if (threads > 1 && experts > 1 && \
                                               tokens * experts >= detail::kRouterParallelMin)
   {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "inferkit/core/error.hpp"
+#include "inferkit/core/threading.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/detail/parallel.hpp"
 #include "inferkit/quant/int4_weights.hpp"
@@ -67,7 +68,7 @@ struct ErrorReportOptions {
   float smooth_alpha = 0.5f;       ///< SmoothQuant migration strength
   /// SmoothQuant's per-channel max |X| from calibration data; empty: taken from X itself.
   std::span<const float> calibration_abs_max{};
-  int threads = 0;  ///< 0 = OpenMP's default
+  int num_threads = 0;  ///< 0 = OpenMP's default
 };
 
 /// One method's result.
@@ -82,11 +83,13 @@ struct MethodError {
 /// The fp64 product Y_64 = X W^T, row-major [x.rows() x w.rows()], each element summed in
 /// double over k in order. Throws std::invalid_argument naming `w.cols()` when it differs
 /// from x.cols().
-inline std::vector<double> reference_product(MatrixView<const float> x, MatrixView<const float> w, int threads = 0) {
+inline std::vector<double> reference_product(MatrixView<const float> x, MatrixView<const float> w,
+                                             int num_threads = 0) {
+  require_thread_count("num_threads", num_threads);
   require(w.cols() == x.cols(), "w.cols()", w.cols(), "must equal x.cols() (" + std::to_string(x.cols()) + ")");
   const Index M = x.rows(), N = w.rows(), K = x.cols();
   std::vector<double> y(static_cast<std::size_t>(M * N));
-  detail::parallel_items(resolve_threads(threads), M, [&](Index m) {
+  detail::parallel_items(resolve_threads(num_threads), M, [&](Index m) {
     const float* xr = x.row_ptr(m);
     for (Index n = 0; n < N; ++n) {
       const float* wr = w.row_ptr(n);
@@ -120,7 +123,7 @@ inline double relative_error(MatrixView<const float> y, std::span<const double> 
 inline std::vector<MethodError> quantization_error_report(MatrixView<const float> x, MatrixView<const float> w,
                                                           const ErrorReportOptions& options = {},
                                                           std::span<const QuantMethod> methods = kAllQuantMethods) {
-  const auto ref = reference_product(x, w, options.threads);
+  const auto ref = reference_product(x, w, options.num_threads);
   double ref_norm = 0;
   for (double r : ref) ref_norm += r * r;
   ref_norm = std::sqrt(ref_norm);
@@ -141,7 +144,7 @@ inline std::vector<MethodError> quantization_error_report(MatrixView<const float
       case QuantMethod::kWeightInt4ActQ8: {
         const MatvecOptions mo{
             .activations = m == QuantMethod::kWeightInt4ActQ8 ? ActivationFormat::kInt8 : ActivationFormat::kFloat,
-            .threads = options.threads};
+            .num_threads = options.num_threads};
         for (Index r = 0; r < M; ++r) {
           const std::span<const float> xr(x.row_ptr(r), static_cast<std::size_t>(K));
           const std::span<float> yr(y.data() + r * N, static_cast<std::size_t>(N));
@@ -157,13 +160,13 @@ inline std::vector<MethodError> quantization_error_report(MatrixView<const float
       case QuantMethod::kW8A8PerToken:
         matmul(x, int8(), yv,
                {.scale = m == QuantMethod::kW8A8PerTensor ? ActivationScale::kPerTensor : ActivationScale::kPerToken,
-                .threads = options.threads});
+                .num_threads = options.num_threads});
         e.weight_bytes = int8().bytes();
         break;
       case QuantMethod::kLlmInt8:
         e.outlier_columns =
             matmul(x, int8(), yv,
-                   {.outliers = OutlierOptions{options.outlier_threshold, w}, .threads = options.threads})
+                   {.outliers = OutlierOptions{options.outlier_threshold, w}, .num_threads = options.num_threads})
                 .outlier_columns;
         e.weight_bytes = int8().bytes();
         break;
@@ -190,7 +193,7 @@ inline std::vector<MethodError> quantization_error_report(MatrixView<const float
           for (Index k = 0; k < K; ++k)
             ws[static_cast<std::size_t>(n * K + k)] = w(n, k) * s[static_cast<std::size_t>(k)];
         const Int8Weights qs(MatrixView<const float>(ws.data(), N, K));
-        matmul(MatrixView<const float>(xs.data(), M, K), qs, yv, {.threads = options.threads});
+        matmul(MatrixView<const float>(xs.data(), M, K), qs, yv, {.num_threads = options.num_threads});
         e.weight_bytes = qs.bytes();
         break;
       }

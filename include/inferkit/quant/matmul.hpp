@@ -59,7 +59,7 @@ struct OutlierOptions {
 struct MatmulOptions {
   ActivationScale scale = ActivationScale::kPerToken;  ///< per-token or per-tensor activation scales
   std::optional<OutlierOptions> outliers{};            ///< LLM.int8() decomposition when set
-  int threads = 0;                                     ///< 0 = OpenMP's default
+  int num_threads = 0;                                 ///< 0 = OpenMP's default
   QuantKernel kernel = QuantKernel::kAuto;             ///< instruction-set path
 };
 
@@ -80,6 +80,7 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
   require(x.cols() == K, "x.cols()", x.cols(), "must equal w.cols() (" + std::to_string(K) + ")");
   require(y.rows() == M, "y.rows()", y.rows(), "must equal x.rows() (" + std::to_string(M) + ")");
   require(y.cols() == N, "y.cols()", y.cols(), "must equal w.rows() (" + std::to_string(N) + ")");
+  require_thread_count("num_threads", options.num_threads);
   const QuantKernel kernel = resolve_quant_kernel(options.kernel);
   if (options.outliers) {
     const OutlierOptions& o = *options.outliers;
@@ -112,7 +113,7 @@ inline MatmulStats matmul(MatrixView<const float> x, const Int8Weights& w, Matri
   const bool offset = detail::w8a8_unsigned_activations(kernel);
   AlignedBuffer<std::int8_t> xq(static_cast<std::size_t>(M * Kp));
   std::vector<float> xs(static_cast<std::size_t>(M));
-  const int threads = resolve_threads(options.threads);
+  const int threads = resolve_threads(options.num_threads);
   {
     AlignedBuffer<float> kept(split ? static_cast<std::size_t>(M * K) : 0);
     const auto row_of = [&](Index m) -> const float* {

@@ -49,7 +49,7 @@ enum class ActivationFormat {
 /// Options of a quantized matrix-vector product.
 struct MatvecOptions {
   ActivationFormat activations = ActivationFormat::kFloat;  ///< float or int8 activations
-  int threads = 0;                                          ///< 0 = OpenMP's default
+  int num_threads = 0;                                      ///< 0 = OpenMP's default
   QuantKernel kernel = QuantKernel::kAuto;                  ///< instruction-set path
 };
 
@@ -65,6 +65,7 @@ inline void check_matvec_shapes(Index rows, Index cols, std::span<const float> x
 /// Threads for a product over `work` weights: one below 2^20 weights (about 20 us of work on
 /// one core; an OpenMP fork and join costs a few microseconds, as much as a 288 x 288 product).
 inline int matvec_threads(int requested, Index work) {
+  require_thread_count("num_threads", requested);
   return work < (Index{1} << 20) ? 1 : resolve_threads(requested);
 }
 
@@ -78,7 +79,7 @@ inline void matvec(const Int8Weights& w, std::span<const float> x, std::span<flo
   detail::check_matvec_shapes(w.rows(), w.cols(), x, y);
   if (options.activations == ActivationFormat::kInt8) {
     matmul(MatrixView<const float>(x.data(), 1, w.cols()), w, MatrixView<float>(y.data(), 1, w.rows()),
-           {.scale = ActivationScale::kPerToken, .threads = options.threads, .kernel = options.kernel});
+           {.scale = ActivationScale::kPerToken, .num_threads = options.num_threads, .kernel = options.kernel});
     return;
   }
   const QuantKernel kernel = resolve_quant_kernel(options.kernel);
@@ -93,7 +94,7 @@ inline void matvec(const Int8Weights& w, std::span<const float> x, std::span<flo
   }
   constexpr Index kPanelsPerBlock = 4;
   const Index panels = w.panels(), blocks = (panels + kPanelsPerBlock - 1) / kPanelsPerBlock;
-  detail::parallel_items(detail::matvec_threads(options.threads, w.rows() * w.cols()), blocks, [&](Index b) {
+  detail::parallel_items(detail::matvec_threads(options.num_threads, w.rows() * w.cols()), blocks, [&](Index b) {
     const Index p0 = b * kPanelsPerBlock;
     detail::int8_matvec_panels(kernel, w, xs, p0, std::min(kPanelsPerBlock, panels - p0), y.data());
   });
@@ -108,7 +109,7 @@ inline void matvec(const Int4Weights& w, std::span<const float> x, std::span<flo
   const QuantKernel kernel = resolve_quant_kernel(options.kernel);
   detail::require_finite_span(x, "x");
   const Index K = w.cols(), Kp = w.padded_cols(), N = w.rows();
-  const int threads = detail::matvec_threads(options.threads, N * K);
+  const int threads = detail::matvec_threads(options.num_threads, N * K);
   constexpr Index kRowsPerBlock = 16;
   const Index blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   const auto make_scratch = [&] { return detail::Int4Scratch(w); };
