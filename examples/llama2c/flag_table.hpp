@@ -179,9 +179,10 @@ inline const cli::FlagTable& flag_table() {
               {.name = "--sampler-order",
                .commands = G,
                .kind = ValueKind::kChoice,
-               .default_value = "inferkit",
-               .help = "order of the decoding rules: inferkit's (= Hugging Face's, hf) or llama.cpp's",
-               .choices = {"inferkit", "hf", "llama.cpp"},
+               .default_value = "huggingface",
+               .help = "order of the decoding rules: presets::huggingface (temperature before truncation) or "
+                       "presets::llama_cpp (temperature last)",
+               .choices = {"huggingface", "llama.cpp"},
                .group = "Sampling"},
               {.name = "--typical",
                .commands = G,
