@@ -18,10 +18,11 @@
 
 namespace llama2c {
 
-/// Below this many flops a parallel region runs on one thread. The cut-over is measured with
-/// `inferkit-llama2c bench` and `serve` at 1 and 2 threads (see the report in the commit that
-/// set it): a 2-thread fork/join costs ~6 us idle (OMP_WAIT_POLICY=passive, this machine), far
-/// more when a thread is descheduled, against ~0.1-0.3 ms for 2^21 flops on one core.
+/// Below this many flops a parallel region runs on one thread. Where it comes from: a 2-thread
+/// OpenMP fork/join measured ~6 us idle on the 2-core Xeon (OMP_WAIT_POLICY=passive), far more
+/// when a thread is descheduled, against ~0.1-0.3 ms for 2^21 flops on one core; checked by
+/// `serve` on stories260K (2 threads now as fast as 1) and by `bench` on a TinyLlama-shaped model
+/// (its matmuls, ~10^8 flops and up, keep every thread). Not yet a sweep over cut-overs.
 inline constexpr double kParallelMinFlops = double(1 << 21);
 
 /// The runner's thread count: 0 = OpenMP's default.
