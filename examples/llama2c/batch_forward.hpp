@@ -200,7 +200,9 @@ class BatchForward {
     const float eps = c.rms_eps;
     inferkit::AttentionOptions aopt;
     aopt.batch_invariant = o_.deterministic;
-    aopt.num_threads = o_.num_threads;
+    double context = 0;  // attention work: every row against its sequence so far
+    for (const auto& sq : plan.sequences) context += double(sq.num_tokens) * double(sq.position + sq.num_tokens);
+    aopt.num_threads = 4.0 * context * double(c.q_dim()) < kParallelMinFlops ? 1 : o_.num_threads;
     std::vector<typename inferkit::BlockTable<T>::Source> sources;
     sources.reserve(plan.sequences.size());
     for (int l = 0; l < c.n_layers; ++l) {
@@ -238,8 +240,10 @@ class BatchForward {
     Eigen::Map<RowMatrix> out(logits, rows, c.vocab_size);
     if (o_.deterministic)
       fixed_order_gemm(xl_.data(), rows, D, wt_.back(), logits, c.vocab_size, o_.num_threads);
-    else
+    else {
+      eigen_threads_for(2.0 * double(rows) * double(c.vocab_size) * double(D));
       out.noalias() = xl_ * m_->wcls().transpose();
+    }
   }
 
  private:
@@ -249,7 +253,9 @@ class BatchForward {
       const TransposedMatrix& w = wt_[static_cast<std::size_t>(l * 7 + static_cast<int>(p))];
       fixed_order_gemm(x.data(), x.rows(), x.cols(), w, y.data(), y.cols(), o_.num_threads);
     } else {
-      y.noalias() = x * m_->matrix(p, l).transpose();
+      const MatrixMap w = m_->matrix(p, l);
+      eigen_threads_for(2.0 * double(x.rows()) * double(w.rows()) * double(w.cols()));
+      y.noalias() = x * w.transpose();
     }
   }
 

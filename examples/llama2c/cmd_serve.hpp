@@ -82,7 +82,7 @@ inline int cmd_serve(const cli::Flags& a) {
   o.deterministic = a.has("--deterministic");
   o.static_batch = a.integer("--static-batch");
   o.num_threads = a.threads("--threads");
-  if (o.num_threads > 0) Eigen::setNbThreads(o.num_threads);  // the default mode's matmuls
+  set_runner_threads(o.num_threads);  // OpenMP and the default mode's matmuls (threads.hpp sizes each region)
   o.fingerprint = a.text("--model");
   std::optional<IterationClock> virtual_clock;
   if (a.has("--virtual-time")) {

@@ -21,7 +21,7 @@ namespace llama2c {
 
 /// The subcommands, in the order of flag_table().commands.
 inline constexpr cli::Commands kGenerate = 1u << 0, kEval = 1u << 1, kServe = 1u << 2, kMakeRandom = 1u << 3,
-                               kTokenize = 1u << 4, kConvert = 1u << 5;
+                               kTokenize = 1u << 4, kConvert = 1u << 5, kBench = 1u << 6;
 
 /// The largest token count or position a flag may give (positions are std::int32_t).
 inline constexpr long long kMaxTokens = kMaxPositions;
@@ -31,7 +31,8 @@ inline const cli::FlagTable& flag_table() {
   using cli::Rule;
   using cli::RuleKind;
   using cli::ValueKind;
-  constexpr cli::Commands G = kGenerate, E = kEval, S = kServe, M = kMakeRandom, T = kTokenize, C = kConvert;
+  constexpr cli::Commands G = kGenerate, E = kEval, S = kServe, M = kMakeRandom, T = kTokenize, C = kConvert,
+                          B = kBench;
   // Decoding modes of generate besides plain sampling (at most one; most features run with
   // plain sampling only).
   const std::vector<std::string_view> modes = {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"};
@@ -69,16 +70,21 @@ inline const cli::FlagTable& flag_table() {
               {"convert", "write a GGUF file from a llama2.c checkpoint (or a GGUF file in another type)",
                "Reads --model (llama2.c .bin or GGUF) and writes it to --out as GGUF with matrices in --type; "
                "--vocab-from copies a vocabulary (tokenizer.* keys) from another GGUF file."},
+              {"bench", "prompt processing and generation speed, as llama-bench's pp512 / tg128",
+               "Loads --model (its load time and the peak resident memory are printed), then times --pp tokens "
+               "of random ids through the batched prefill (one chunk) and --tg one-token decode steps from an "
+               "empty cache, each --reps times after a warm-up, on --threads threads; prints tokens/s (mean and "
+               "standard deviation) as a markdown table row per test."},
           },
       .flags =
           {
               // ---- model and output
               {.name = "--model",
-               .commands = G | E | S | T | C,
+               .commands = G | E | S | T | C | B,
                .metavar = "PATH",
                .help = "llama2.c checkpoint (generate and eval also read the mixture-of-experts extension) or GGUF "
                        "file (architectures llama, qwen2, qwen3; F32, F16, BF16 weights)",
-               .required = G | E | S | T | C,
+               .required = G | E | S | T | C | B,
                .group = "Model",
                .variants = {{.commands = T, .help = "GGUF file whose vocabulary encodes the text"}}},
               {.name = "--text", .commands = T, .metavar = "TEXT", .help = "the text to encode", .group = "Model"},
@@ -745,11 +751,35 @@ inline const cli::FlagTable& flag_table() {
                .max = 1 << 20,
                .group = "Scheduler"},
               {.name = "--threads",
-               .commands = S,
+               .commands = S | B,
                .kind = ValueKind::kThreads,
                .default_value = "0",
                .help = "threads of attention and the matmuls",
                .group = "Scheduler"},
+              {.name = "--pp",
+               .commands = B,
+               .kind = ValueKind::kInteger,
+               .default_value = "512",
+               .help = "prompt tokens of the prompt-processing test (0 = skip it)",
+               .min = 0,
+               .max = 1 << 20,
+               .group = "Benchmark"},
+              {.name = "--tg",
+               .commands = B,
+               .kind = ValueKind::kInteger,
+               .default_value = "128",
+               .help = "decode steps of the generation test (0 = skip it)",
+               .min = 0,
+               .max = 1 << 20,
+               .group = "Benchmark"},
+              {.name = "--reps",
+               .commands = B,
+               .kind = ValueKind::kInteger,
+               .default_value = "3",
+               .help = "timed repetitions of each test (after one warm-up)",
+               .min = 1,
+               .max = 1000,
+               .group = "Benchmark"},
               {.name = "--virtual-time",
                .commands = S,
                .kind = ValueKind::kReal,

@@ -1,5 +1,5 @@
 #pragma once
-// Plain generation: BOS and the prompt in one prefill chunk, then one decode step per token,
+// Plain generation: BOS and the prompt in one prefill chunk (matrix-matrix products), then one decode step per token,
 // each sampled by the SamplerChain of a SamplingConfig (sampling_config.hpp) with its own
 // SamplerState (Mirostat's mu, the generated-token count). Token i is drawn with draw index
 // = the sequence length before it, so a run is reproducible from its seed alone.
@@ -41,7 +41,7 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
   std::vector<TokenId> seq = start_sequence(m.config(), prompt);
   const auto V = static_cast<std::size_t>(m.config().vocab_size);
   std::vector<float> logits(seq.size() * V);
-  forward(m, cache, seq.data(), static_cast<Index>(seq.size()), 0, logits.data(), {.hook = o.hook});
+  forward(m, cache, seq.data(), static_cast<Index>(seq.size()), 0, logits.data(), {.hook = o.hook, .batched = true});
   const auto chain = make_chain(s);
   auto state = chain.make_state();
   const inferkit::CounterRng rng(s.seed);

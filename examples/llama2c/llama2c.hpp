@@ -37,6 +37,7 @@
 
 #include "bounds.hpp"
 #include "moe_model.hpp"
+#include "threads.hpp"
 
 namespace llama2c {
 
@@ -598,7 +599,9 @@ class Cache {
     return pos;
   }
 
-  void attend(Index layer, const float* q, float* out, Index tokens, Index heads, Index head) const {
+  /// out = attention of the tokens' queries over the layer's cache; `flops` (0 = unknown) sizes
+  /// the parallel region (threads_for()).
+  void attend(Index layer, const float* q, float* out, Index tokens, Index heads, Index head, double flops = 0) const {
     if (opt_.shard) {
       const auto& dense = std::get<inferkit::DenseKvCache<float>>(impl_);
       return opt_.shard->attend(inferkit::Tensor3View<const float>(q, tokens, heads, head),
@@ -613,6 +616,7 @@ class Cache {
             inferkit::attention_reference(qv, c.source(layer), ov, {});
           else {
             inferkit::AttentionOptions ao;
+            ao.num_threads = flops > 0 ? threads_for(flops) : runner_threads();
             ao.arithmetic = opt_.arithmetic;
             ao.batch_invariant = opt_.batch_invariant;
             inferkit::attention(qv, c.source(layer), ov, {}, ao);
@@ -722,12 +726,17 @@ struct ForwardOptions {
   float* hidden = nullptr;
   /// If set, sees (and may edit) the residual stream after each layer (steering, captures).
   const ResidualHook* hook = nullptr;
+  /// Prefill: every projection of the chunk is one matrix-matrix product (Eigen GEMM) instead of
+  /// one matrix-vector product per token (float weights without a ProjectionHook; the dense
+  /// FFN). The logits then differ from the one-token steps by rounding only.
+  bool batched = false;
 };
 
 /// Runs `n` consecutive tokens starting at position `pos` through the model (options.layers of
 /// it), appending their K/V to the cache, and writes the logits of every token to `logits`
 /// [n x vocab]. Each token's matmuls are the same matrix-vector products as in a one-token
-/// step, so a chunk gives the same logits as feeding its tokens one at a time.
+/// step, so a chunk gives the same logits as feeding its tokens one at a time (unless
+/// options.batched asks for matrix-matrix products).
 inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n, std::int32_t pos, float* logits,
                     const ForwardOptions& options = {}) {
   const Config& c = m.config();
@@ -749,12 +758,26 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
   std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
   for (Index t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = pos + static_cast<std::int32_t>(t);
   const inferkit::RopeOptions rope = c.rope();
+  const bool gemm = options.batched && n > 1 && !m.projections();
+  RowMatrix o(gemm ? n : 0, D);
+  // out = in W_p^T: one GEMM over the chunk, or one matrix-vector product per token.
+  const auto project_rows = [&](Proj p, int l, const RowMatrix& in, RowMatrix& out) {
+    const MatrixMap w = m.matrix(p, l);
+    eigen_threads_for(2.0 * double(n) * double(w.rows()) * double(w.cols()));
+    out.noalias() = in * w.transpose();
+  };
   for (int l = 0; l < L; ++l) {
     for (Index t = 0; t < n; ++t) {
       rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_att(l), D, eps);
+      if (gemm) continue;
       m.project(Proj::kQ, l, xb.row(t).data(), q.row(t).data());
       m.project(Proj::kK, l, xb.row(t).data(), k.row(t).data());
       m.project(Proj::kV, l, xb.row(t).data(), v.row(t).data());
+    }
+    if (gemm) {
+      project_rows(Proj::kQ, l, xb, q);
+      project_rows(Proj::kK, l, xb, k);
+      project_rows(Proj::kV, l, xb, v);
     }
     finish_qkv(m, l, n, q.data(), k.data(), v.data());
     if (!cache.rotates_on_read())
@@ -765,7 +788,20 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
     const std::int32_t last = cache.query_position(l, pos + static_cast<std::int32_t>(n - 1));
     for (Index t = 0; t < n; ++t) qpos[static_cast<std::size_t>(t)] = last - static_cast<std::int32_t>(n - 1 - t);
     inferkit::apply_rope(inferkit::Tensor3View<float>(q.data(), n, c.n_heads, hs), qpos, rope);
-    cache.attend(l, q.data(), att.data(), n, c.n_heads, hs);
+    cache.attend(l, q.data(), att.data(), n, c.n_heads, hs,
+                 4.0 * double(n) * double(pos + n) * double(c.q_dim()));  // QK^T and PV flops
+    if (gemm && !c.moe()) {
+      project_rows(Proj::kO, l, att, o);
+      x += o;
+      for (Index t = 0; t < n; ++t) rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_ffn(l), D, eps);
+      project_rows(Proj::kW1, l, xb, h1);
+      project_rows(Proj::kW3, l, xb, h3);
+      for (Index t = 0; t < n; ++t) swiglu(h1.row(t).data(), h3.row(t).data(), c.hidden_dim);
+      project_rows(Proj::kW2, l, h1, o);
+      x += o;
+      if (hook && *hook) (*hook)(l, pos, inferkit::MatrixView<float>(x.data(), n, D));
+      continue;
+    }
     for (Index t = 0; t < n; ++t) {
       m.project(Proj::kO, l, att.row(t).data(), tmp.data());
       x.row(t) += tmp;
@@ -783,8 +819,14 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
   for (Index t = 0; t < n; ++t) {
     rmsnorm(xb.row(t).data(), x.row(t).data(), m.rms_final(), D, eps);
     if (hidden) std::copy_n(xb.row(t).data(), D, hidden + t * D);  // the last hidden state, normalized
-    m.project(Proj::kClassifier, 0, xb.row(t).data(), logits + t * c.vocab_size);
+    if (!gemm) m.project(Proj::kClassifier, 0, xb.row(t).data(), logits + t * c.vocab_size);
   }
+  if (gemm) {
+    Eigen::Map<RowMatrix> out(logits, n, c.vocab_size);
+    eigen_threads_for(2.0 * double(n) * double(c.vocab_size) * double(D));
+    out.noalias() = xb * m.wcls().transpose();
+  }
+  Eigen::setNbThreads(runner_threads());
 }
 
 }  // namespace llama2c

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "cmd_bench.hpp"
 #include "cmd_convert.hpp"
 #include "cmd_eval.hpp"
 #include "cmd_generate.hpp"
@@ -31,12 +32,13 @@ struct Entry {
 };
 constexpr Entry kEntries[] = {{"generate", llama2c::cmd_generate}, {"eval", llama2c::cmd_eval},
                               {"serve", llama2c::cmd_serve},       {"make-random", llama2c::cmd_make_random},
-                              {"tokenize", llama2c::cmd_tokenize}, {"convert", llama2c::cmd_convert}};
+                              {"tokenize", llama2c::cmd_tokenize}, {"convert", llama2c::cmd_convert},
+                              {"bench", llama2c::cmd_bench}};
 
 int usage(const llama2c::cli::FlagTable& t) {
   std::fprintf(
       stderr,
-      "usage: %s generate|eval|serve|make-random|tokenize|convert [flags]  (%s --help, %s <subcommand> --help)\n",
+      "usage: %s generate|eval|serve|make-random|tokenize|convert|bench [flags]  (%s --help, %s <subcommand> --help)\n",
       t.program.data(), t.program.data(), t.program.data());
   return 2;
 }

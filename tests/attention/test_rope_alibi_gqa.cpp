@@ -49,6 +49,25 @@ TEST_CASE("RoPE with a first position equals explicit consecutive positions", "[
                     Catch::Contains("base = 0.5"));
 }
 
+TEST_CASE("RoPE frequency factors divide each pair's angle (Llama 3.1's rope_freqs)", "[attention][rope]") {
+  // Pair i at position p with factor f_i rotates by p * base^(-2i/d) / f_i: with every factor 2,
+  // position 2p rotates as position p does without factors.
+  const Index d = 8;
+  const auto x0 = test::random_normal(2 * d, 5);
+  std::vector<float> a = x0, b = x0;
+  const std::vector<float> twos(d / 2, 2.0f);
+  const std::vector<std::int32_t> doubled{6, 4000}, plain{3, 2000};
+  inferkit::apply_rope(inferkit::Tensor3View<float>(a.data(), 2, 1, d), doubled, {.freq_factors = twos});
+  inferkit::apply_rope(inferkit::Tensor3View<float>(b.data(), 2, 1, d), plain);
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-5));
+  const std::vector<float> short_factors(3, 1.0f), bad{1.0f, 0.0f, 1.0f, 1.0f};
+  CHECK_THROWS_WITH(
+      inferkit::apply_rope(inferkit::Tensor3View<float>(a.data(), 2, 1, d), plain, {.freq_factors = short_factors}),
+      Catch::Contains("freq_factors.size()"));
+  CHECK_THROWS_WITH(inferkit::apply_rope(inferkit::Tensor3View<float>(a.data(), 2, 1, d), plain, {.freq_factors = bad}),
+                    Catch::Contains("freq_factors[1]"));
+}
+
 TEST_CASE("ALiBi slopes follow the closed form", "[attention][alibi]") {
   // Powers of two: 2^(-8(h+1)/n).
   const auto s8 = inferkit::alibi_slopes(8);

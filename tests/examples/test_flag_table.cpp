@@ -129,6 +129,7 @@ const std::set<std::string> kOldMakeRandom = {"--out",
                                               "--vocab-from"};
 const std::set<std::string> kTokenize = {"--model", "--text", "--ids"};
 const std::set<std::string> kConvert = {"--model", "--out", "--type", "--vocab-from"};
+const std::set<std::string> kBench = {"--model", "--threads", "--pp", "--tg", "--reps"};
 
 std::set<std::string> table_flags(cli::Commands c) {
   std::set<std::string> s;
@@ -160,13 +161,14 @@ std::string parse_error(const std::string& command, const std::string& line) {
 
 TEST_CASE("flag table: every flag declared once, defaults valid, rules over declared flags", "[example][cli]") {
   const cli::FlagTable& t = llama2c::flag_table();
-  REQUIRE(t.commands.size() == 6);
+  REQUIRE(t.commands.size() == 7);
   CHECK(t.command("generate") == llama2c::kGenerate);
   CHECK(t.command("eval") == llama2c::kEval);
   CHECK(t.command("serve") == llama2c::kServe);
   CHECK(t.command("make-random") == llama2c::kMakeRandom);
   CHECK(t.command("tokenize") == llama2c::kTokenize);
   CHECK(t.command("convert") == llama2c::kConvert);
+  CHECK(t.command("bench") == llama2c::kBench);
   const cli::Commands all = (cli::Commands{1} << t.commands.size()) - 1;
   std::set<std::string_view> names;
   for (const auto& f : t.flags) {
@@ -212,6 +214,7 @@ TEST_CASE("flag table: the runner's flags keep their spelling and subcommands", 
   CHECK(table_flags(llama2c::kMakeRandom) == kOldMakeRandom);
   CHECK(table_flags(llama2c::kTokenize) == kTokenize);
   CHECK(table_flags(llama2c::kConvert) == kConvert);
+  CHECK(table_flags(llama2c::kBench) == kBench);
 }
 
 TEST_CASE("flag table: defaults are the library's and the loops' own", "[example][cli]") {
@@ -290,7 +293,8 @@ TEST_CASE("flag table: defaults are the library's and the loops' own", "[example
 TEST_CASE("flag parser: every bad command line names the flag and the value", "[example][cli][errors]") {
   const std::string m = "--model m.bin ";
   CHECK_THAT(parse_error("generate", m + "--bogus 1"), Contains("unknown flag '--bogus'"));
-  CHECK_THAT(parse_error("generate", m + "--threads 4"), Contains("generate does not take --threads 4 (serve does)"));
+  CHECK_THAT(parse_error("generate", m + "--threads 4"),
+             Contains("generate does not take --threads 4 (serve and bench do)"));
   CHECK_THAT(parse_error("eval", m + "--eval-ids x --steps 3"),
              Contains("eval does not take --steps 3 (generate does)"));
   CHECK_THAT(parse_error("generate", m + "--steps"), Contains("flag --steps needs a value"));
@@ -366,7 +370,8 @@ TEST_CASE("--help: generated from the table, every flag of the subcommand once, 
            {"serve", llama2c::kServe, kOldServe},
            {"make-random", llama2c::kMakeRandom, kOldMakeRandom},
            {"tokenize", llama2c::kTokenize, kTokenize},
-           {"convert", llama2c::kConvert, kConvert}}) {
+           {"convert", llama2c::kConvert, kConvert},
+           {"bench", llama2c::kBench, kBench}}) {
     INFO(name);
     const std::string h = cli::help(t, name);
     std::set<std::string> listed;

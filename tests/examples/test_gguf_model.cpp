@@ -443,3 +443,52 @@ TEST_CASE("text in, text out: a GGUF model with llama.cpp's SentencePiece vocabu
   std::filesystem::remove(bin);
   std::filesystem::remove(gguf);
 }
+
+TEST_CASE("batched prefill (one GEMM per projection) gives the one-token logits up to rounding", "[example][gguf]") {
+  Tiny shape;
+  shape.arch = "qwen2";
+  const Tiny t = make_tiny(shape, 11);
+  const std::string path = temp_path("batched.gguf");
+  write_tiny(t, path);
+  const auto m = llama2c::Model::load_any(path);
+  const std::vector<TokenId> ids = {3, 9, 27, 1, 0, 38, 12, 5, 19, 33, 2, 8};
+  const auto V = std::size_t(t.vocab);
+  std::vector<float> chunk(ids.size() * V), one(ids.size() * V);
+  llama2c::Cache c1(m.config(), {}), c2(m.config(), {});
+  llama2c::forward(m, c1, ids.data(), Index(ids.size()), 0, chunk.data(), {.batched = true});
+  for (std::size_t i = 0; i < ids.size(); ++i) llama2c::forward(m, c2, &ids[i], 1, std::int32_t(i), one.data() + i * V);
+  const auto ref = reference_logits(t, ids);
+  for (std::size_t i = 0; i < chunk.size(); ++i) {
+    CHECK(chunk[i] == Approx(one[i]).margin(1e-5));
+    CHECK(double(chunk[i]) == Approx(ref[i / V][i % V]).margin(1e-4));
+  }
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("bench prints pp and tg rows; serve gives the same tokens on 1 and 2 threads", "[example][gguf]") {
+  const char* gguf = std::getenv("INFERKIT_TEST_GGUF");
+  if (!gguf) {
+    WARN("INFERKIT_TEST_GGUF is not set: skipped");
+    return;
+  }
+  const auto [bs, bench] = run_cli(std::string("bench --model ") + gguf + " --pp 32 --tg 8 --reps 2 --threads 1");
+  INFO(bench);
+  REQUIRE(bs == 0);
+  CHECK_THAT(bench, Catch::Contains("| 1 | pp32 |") && Catch::Contains("| 1 | tg8 |"));
+  // Output ids (not timings) of every request, for a thread count.
+  const auto serve_ids = [&](int threads) {
+    const auto [s, out] =
+        cli_test::shell(std::string(INFERKIT_LLAMA2C_BINARY) + " serve --model " + gguf +
+                        " --synthetic 6 --temperature 0 --threads " + std::to_string(threads) + " 2>/dev/null");
+    REQUIRE(s == 0);
+    std::vector<std::string> ids;
+    std::istringstream lines(out);
+    for (std::string l; std::getline(lines, l);)
+      if (const auto a = l.find("\"output_ids\""); a != std::string::npos)
+        ids.push_back(l.substr(a, l.find(']', a) - a));
+    return ids;
+  };
+  const auto one = serve_ids(1);
+  CHECK(one.size() == 6);
+  CHECK(serve_ids(2) == one);
+}
