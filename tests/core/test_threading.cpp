@@ -14,8 +14,7 @@ TEST_CASE("require_thread_count accepts 0..kMaxThreads and names the parameter o
   CHECK_NOTHROW(inferkit::require_thread_count("n", 0));
   CHECK_NOTHROW(inferkit::require_thread_count("n", 1));
   CHECK_NOTHROW(inferkit::require_thread_count("n", 1024));
-  CHECK_THROWS_WITH(inferkit::require_thread_count("n", 1025),
-                    Contains("n = 1025 is invalid") && Contains("1..1024"));
+  CHECK_THROWS_WITH(inferkit::require_thread_count("n", 1025), Contains("n = 1025 is invalid") && Contains("1..1024"));
   CHECK_THROWS_WITH(inferkit::require_thread_count("n", -1), Contains("n = -1 is invalid"));
 }
 
@@ -25,9 +24,9 @@ TEST_CASE("every kernel with a thread count rejects -1 and kMaxThreads + 1 by na
     // attention
     std::vector<float> q(1 * 2 * 4, 0.5f), k(3 * 1 * 4, 0.25f), v(3 * 1 * 4, 1.0f), out(1 * 2 * 4);
     const inferkit::Tensor3View<const float> qv(q.data(), 1, 2, 4), kv(k.data(), 3, 1, 4), vv(v.data(), 3, 1, 4);
-    CHECK_THROWS_WITH(inferkit::attention(qv, inferkit::DenseKv<float>(kv, vv), {out.data(), 1, 2, 4},
-                                          {.num_threads = bad}),
-                      Contains(named));
+    CHECK_THROWS_WITH(
+        inferkit::attention(qv, inferkit::DenseKv<float>(kv, vv), {out.data(), 1, 2, 4}, {.num_threads = bad}),
+        Contains(named));
     // quantized products
     std::vector<float> w(8 * 32, 0.125f), x(32, 1.0f), y(8);
     const inferkit::Int8Weights q8(MatrixView<const float>(w.data(), 8, 32));
@@ -39,8 +38,9 @@ TEST_CASE("every kernel with a thread count rejects -1 and kMaxThreads + 1 by na
     // mixture of experts
     std::vector<float> logits(3 * 4, 0.0f);
     inferkit::Routing r;
-    CHECK_THROWS_WITH(inferkit::route(MatrixView<const float>(logits.data(), 3, 4), {.top_k = 2, .num_threads = bad}, r),
-                      Contains(named));
+    CHECK_THROWS_WITH(
+        inferkit::route(MatrixView<const float>(logits.data(), 3, 4), {.top_k = 2, .num_threads = bad}, r),
+        Contains(named));
     CHECK_THROWS_WITH(inferkit::route_expert_choice(MatrixView<const float>(logits.data(), 3, 4),
                                                     {.capacity_factor = 1.0, .num_threads = bad}, r),
                       Contains(named));

@@ -27,8 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           }
           inferkit::ByteMatcher f = m;
           for (const char c : m.forced_bytes(64)) FUZZ_CHECK(f.accept_byte(static_cast<std::uint8_t>(c)));
-        } catch (const std::length_error&) {
-        }
+        } catch (const std::length_error&) {}
       },
       &what);
   if (!what.empty()) FUZZ_CHECK(what.find("inferkit:") != std::string::npos);

@@ -30,8 +30,8 @@ term ::= [a-z]+ | "(" expr ")")g",
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  const auto grammar = std::make_shared<const inferkit::Grammar>(
-      inferkit::parse_gbnf(kGrammars[in.ConsumeIntegralInRange<int>(0, 2)]));
+  const auto grammar =
+      std::make_shared<const inferkit::Grammar>(inferkit::parse_gbnf(kGrammars[in.ConsumeIntegralInRange<int>(0, 2)]));
   std::vector<std::string> bytes(1);  // id 0: EOS (no bytes)
   for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
   std::set<std::string> seen(bytes.begin() + 1, bytes.end());

@@ -22,8 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         try {
           inferkit::ByteMatcher m(g);
           FUZZ_CHECK(m.accept_bytes(m.forced_bytes(64)));
-        } catch (const std::length_error&) {
-        }
+        } catch (const std::length_error&) {}
       },
       &what);
   if (!parsed) {

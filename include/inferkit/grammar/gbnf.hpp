@@ -266,13 +266,6 @@ class GbnfParser {
     seq.push_back(GrammarSymbol::ref(inner));
   }
 
-  static int hex_value(char c) {
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-  }
-
   // One character of a literal or class: an escape or a UTF-8 encoded code point.
   char32_t parse_char() {
     const std::size_t at = pos_;
@@ -309,7 +302,7 @@ class GbnfParser {
       }
       std::uint32_t v = 0;
       for (int i = 0; i < digits; ++i) {
-        const int h = hex_value(peek());
+        const int h = hex_digit_value(peek());
         if (h < 0) fail(std::to_string(digits) + " hex digits in the escape");
         v = v * 16 + static_cast<std::uint32_t>(h);
         ++pos_;

@@ -242,10 +242,7 @@ class JsonParser {
     for (int k = 0; k < 4; ++k, ++i_) {
       if (i_ >= s_.size()) fail("4 hex digits");
       const char h = s_[i_];
-      const int d = h >= '0' && h <= '9'   ? h - '0'
-                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                           : -1;
+      const int d = hex_digit_value(h);
       if (d < 0) fail("a hex digit");
       v = v * 16 + static_cast<unsigned>(d);
     }

@@ -206,10 +206,7 @@ class RegexConverter {
     for (int k = 0; k < digits; ++k, ++i_) {
       if (!more()) fail("hex digits");
       const char h = p_[i_];
-      const int d = h >= '0' && h <= '9'   ? h - '0'
-                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                           : -1;
+      const int d = hex_digit_value(h);
       if (d < 0) fail("a hex digit");
       v = v * 16 + static_cast<unsigned>(d);
     }

@@ -180,4 +180,13 @@ inline std::size_t utf8_incomplete_tail(std::string_view bytes) {
   return 0;
 }
 
+/// The value of one hexadecimal digit (0-9, a-f, A-F), or -1 for any other character: the escapes
+/// of GBNF, JSON and regex text (\xHH, \uHHHH, \UHHHHHHHH) all read digits through this.
+inline constexpr int hex_digit_value(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
 }  // namespace inferkit
