@@ -6,6 +6,8 @@
 #   INFERKIT_BENCH_PRESET=release   preset whose benchmarks run (avx2-bench: the AVX2 column)
 #   INFERKIT_BENCH_OUT=build/bench   output directory (emptied of earlier JSON first)
 #   INFERKIT_BENCH_BINARIES="kv sampling"   only these binaries (default: every one)
+#   INFERKIT_BENCH_TIMEOUT=300       stop a binary after this many seconds (the benchmarks finished
+#                                    by then are kept; scripts/perf_report.py reads the partial JSON)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -29,7 +31,9 @@ for b in build/$preset/bench/inferkit-bench-*; do
   name=$(basename "$b")
   if [ -n "${INFERKIT_BENCH_BINARIES:-}" ] && ! grep -qw "${name#inferkit-bench-}" <<<"$INFERKIT_BENCH_BINARIES"; then continue; fi
   echo "=== $name ($(date -u +%H:%M:%S))"
-  "$b" --benchmark_filter="$filter" --benchmark_out="$out/${name#inferkit-bench-}.json" \
-       --benchmark_out_format=json "$@"
+  limit=()
+  [ -n "${INFERKIT_BENCH_TIMEOUT:-}" ] && limit=(timeout "$INFERKIT_BENCH_TIMEOUT")
+  "${limit[@]}" "$b" --benchmark_filter="$filter" --benchmark_out="$out/${name#inferkit-bench-}.json" \
+       --benchmark_out_format=json "$@" || echo "bench: $name stopped (exit $?): its finished benchmarks are kept"
 done
 echo "bench: results in $out (scripts/perf_report.py --run <label>=$out)"
