@@ -59,6 +59,9 @@ FAMILIES = {
 }
 
 
+PARTIAL = set()  # binaries stopped by a time limit (scripts/bench.sh INFERKIT_BENCH_TIMEOUT)
+
+
 def load_run(path):
     """name -> (time in µs, counters) for every benchmark of every JSON file in `path`."""
     runs = {}
@@ -80,8 +83,11 @@ def load_run(path):
             except json.JSONDecodeError:
                 data = None
             if data is None:
-                sys.exit(f"perf_report: {f}: not JSON ({e})")
+                print(f"perf_report: {f}: no finished benchmark ({e}); left out", file=sys.stderr)
+                PARTIAL.add(binary)
+                continue
             print(f"perf_report: {f}: truncated, kept {len(data.get('benchmarks', []))} benchmarks", file=sys.stderr)
+            PARTIAL.add(binary)
         for b in data.get("benchmarks", []):
             if b.get("error_occurred"):
                 continue
@@ -170,6 +176,9 @@ def main():
              "2-core virtual machines: absolute times move 10-40% between runs, ratios much less.", ""]
     for label, m in zip(labels, machines):
         lines.append(f"- **{label}**: {m}")
+    if PARTIAL:
+        lines.append(f"- Stopped by the run's time limit, so only their first benchmarks are here: "
+                     f"{', '.join(f'`{b}`' for b in sorted(PARTIAL))}.")
     lines.append("")
 
     for binary in sorted(keys):
