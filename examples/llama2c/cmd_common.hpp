@@ -109,6 +109,15 @@ inline std::size_t apply_quant_flags(const cli::Flags& a, Model& m) {
         throw std::invalid_argument(std::string(f) + " is not supported for MoE models (the experts stay float)");
     return 0;
   }
+  if (m.ggml_backed()) {  // the file's blocks run as they are; these flags repack float weights
+    const bool float_weights = !a.has("--weights") || a.text("--weights") == "f32";
+    for (const char* f : {"--weights", "--act-int8", "--outlier-threshold", "--smooth", "--calib-ids"})
+      if (a.has(f) && (std::string_view(f) != "--weights" || !float_weights))
+        throw std::invalid_argument(
+            std::string(f) + " needs float weights, but tensor '" + m.ggml_weights(Proj::kQ, 0).name() + "' is " +
+            inferkit::ggml_type_name(m.ggml_weights(Proj::kQ, 0).type()) + " (a quantized GGUF runs its own blocks)");
+    return 0;
+  }
   QuantOptions q;
   const std::string w = a.text("--weights");
   q.weights = w == "int8" ? WeightFormat::kInt8 : w == "int4" ? WeightFormat::kInt4 : WeightFormat::kF32;

@@ -64,6 +64,11 @@ inline std::vector<TraceRequest> serve_requests(const cli::Flags& a, const Model
 /// The serve subcommand (see flag_table()).
 inline int cmd_serve(const cli::Flags& a) {
   const auto model = Model::load(a.text("--model"));
+  if (model.ggml_backed())  // batch_forward.hpp's fixed-order (--deterministic) matmuls read float matrices
+    throw std::invalid_argument(std::string("serve") + (a.has("--deterministic") ? " --deterministic" : "") +
+                                " needs float weights, but tensor '" + model.ggml_weights(Proj::kQ, 0).name() +
+                                "' is " + inferkit::ggml_type_name(model.ggml_weights(Proj::kQ, 0).type()) +
+                                " (quantized GGUF models run in generate, eval and bench)");
   const auto trace = serve_requests(a, model);
   ServeOptions o;
   o.scheduler.max_batched_tokens = a.integer("--max-batched-tokens");

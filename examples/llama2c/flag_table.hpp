@@ -21,7 +21,7 @@ namespace llama2c {
 
 /// The subcommands, in the order of flag_table().commands.
 inline constexpr cli::Commands kGenerate = 1u << 0, kEval = 1u << 1, kServe = 1u << 2, kMakeRandom = 1u << 3,
-                               kTokenize = 1u << 4, kConvert = 1u << 5, kBench = 1u << 6;
+                               kTokenize = 1u << 4, kConvert = 1u << 5, kBench = 1u << 6, kQuantize = 1u << 7;
 
 /// The largest token count or position a flag may give (positions are std::int32_t).
 inline constexpr long long kMaxTokens = kMaxPositions;
@@ -32,7 +32,7 @@ inline const cli::FlagTable& flag_table() {
   using cli::RuleKind;
   using cli::ValueKind;
   constexpr cli::Commands G = kGenerate, E = kEval, S = kServe, M = kMakeRandom, T = kTokenize, C = kConvert,
-                          B = kBench;
+                          B = kBench, Q = kQuantize;
   // Decoding modes of generate besides plain sampling (at most one; most features run with
   // plain sampling only).
   const std::vector<std::string_view> modes = {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"};
@@ -75,16 +75,20 @@ inline const cli::FlagTable& flag_table() {
                "of random ids through the batched prefill (one chunk) and --tg one-token decode steps from an "
                "empty cache, each --reps times after a warm-up, on --threads threads; prints tokens/s (mean and "
                "standard deviation) as a markdown table row per test."},
+              {"quantize", "write a GGUF file's matrices in a ggml block type (q8_0, q4_0, ..., q4_k_m)",
+               "Reads the GGUF --model and writes --out with every matrix quantized to --qtype by inferkit's "
+               "ggml_quantize (the _m mixes choose per tensor with ggml_mix_type); 1-D tensors stay F32, all "
+               "metadata is copied."},
           },
       .flags =
           {
               // ---- model and output
               {.name = "--model",
-               .commands = G | E | S | T | C | B,
+               .commands = G | E | S | T | C | B | Q,
                .metavar = "PATH",
                .help = "llama2.c checkpoint (generate and eval also read the mixture-of-experts extension) or GGUF "
                        "file (architectures llama, qwen2, qwen3; F32, F16, BF16 weights)",
-               .required = G | E | S | T | C | B,
+               .required = G | E | S | T | C | B | Q,
                .group = "Model",
                .variants = {{.commands = T, .help = "GGUF file whose vocabulary encodes the text"}}},
               {.name = "--text", .commands = T, .metavar = "TEXT", .help = "the text to encode", .group = "Model"},
@@ -99,6 +103,14 @@ inline const cli::FlagTable& flag_table() {
                .default_value = "f32",
                .help = "element type of the GGUF file's matrices (norms stay f32)",
                .choices = {"f32", "f16", "bf16"},
+               .group = "Output"},
+              {.name = "--qtype",
+               .commands = Q,
+               .kind = ValueKind::kChoice,
+               .default_value = "q8_0",
+               .help = "the matrices' ggml type, or a mix (q3_k_m, q4_k_m, q5_k_m)",
+               .choices = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q3_k_m",
+                           "q4_k_m", "q5_k_m"},
                .group = "Output"},
               {.name = "--vocab-from",
                .commands = C | M,
@@ -787,13 +799,13 @@ inline const cli::FlagTable& flag_table() {
                .help = "virtual clock: every iteration takes MS ms (reproducible timings)",
                .group = "Scheduler"},
               {.name = "--out",
-               .commands = S | M | C,
+               .commands = S | M | C | Q,
                .metavar = "FILE",
                .help = "write the per-request JSON lines here instead of stdout",
-               .required = M | C,
+               .required = M | C | Q,
                .group = "Output",
                .variants = {{.commands = M, .help = "the checkpoint to write (.gguf: a GGUF file)"},
-                            {.commands = C, .help = "the GGUF file to write"}}},
+                            {.commands = C | Q, .help = "the GGUF file to write"}}},
               // ---- make-random
               {.name = "--dim",
                .commands = M,

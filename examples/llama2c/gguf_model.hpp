@@ -26,8 +26,10 @@
 //
 // save_gguf() writes a model back (the runner's `convert`, `make-random --out x.gguf`).
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,9 +61,9 @@ inline int gguf_dim(const inferkit::GgufFile& f, const std::string& key, std::op
   return static_cast<int>(x);
 }
 
-/// Converts tensor `name` (dims {in, out} = {cols, rows}) into `dst` [rows x cols] of floats.
-inline void gguf_copy_tensor(const inferkit::GgufFile& f, const std::string& name, std::uint64_t cols,
-                             std::uint64_t rows, float* dst) {
+/// Tensor `name`, after checking its dims are {in, out} = {cols, rows}.
+inline inferkit::GgufTensor gguf_shaped_tensor(const inferkit::GgufFile& f, const std::string& name, std::uint64_t cols,
+                                               std::uint64_t rows) {
   const inferkit::GgufTensor t = f.tensor(name);
   const auto& d = t.info().dims;
   if (d[0] != cols || t.info().rows() != rows || (rows > 1 && d[1] != rows))
@@ -69,6 +71,13 @@ inline void gguf_copy_tensor(const inferkit::GgufFile& f, const std::string& nam
                                 std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) +
                                 ", " + std::to_string(d[3]) + "}, the header's shape needs {" + std::to_string(cols) +
                                 ", " + std::to_string(rows) + "}");
+  return t;
+}
+
+/// Converts tensor `name` (dims {in, out} = {cols, rows}) into `dst` [rows x cols] of floats.
+inline void gguf_copy_tensor(const inferkit::GgufFile& f, const std::string& name, std::uint64_t cols,
+                             std::uint64_t rows, float* dst) {
+  const inferkit::GgufTensor t = gguf_shaped_tensor(f, name, cols, rows);
   const std::size_t n = static_cast<std::size_t>(cols * rows);
   switch (t.type()) {
     case inferkit::GgmlType::kF32: {
@@ -89,7 +98,8 @@ inline void gguf_copy_tensor(const inferkit::GgufFile& f, const std::string& nam
     default:
       throw std::invalid_argument("llama2c: GGUF '" + f.name() + "': tensor '" + name + "' has type " +
                                   inferkit::ggml_type_name(t.type()) +
-                                  ", which the runner does not load (F32, F16 and BF16 are supported)");
+                                  ", which the float loader does not read (F32, F16 and BF16; Model::load_any "
+                                  "and from_gguf(shared_ptr) run quantized files)");
   }
 }
 
@@ -184,6 +194,64 @@ inline Model Model::from_gguf(const inferkit::GgufFile& f) {
       copy(b + "attn_k_norm.weight", hs, 1, m.mutable_k_norm(l));
     }
   }
+  return m;
+}
+
+namespace detail {
+
+/// The tensor names of layer l's projections in Proj order (kQ .. kW3).
+inline std::array<std::string, 7> gguf_projection_names(int l) {
+  const std::string b = "blk." + std::to_string(l) + ".";
+  return {b + "attn_q.weight",   b + "attn_k.weight",   b + "attn_v.weight", b + "attn_output.weight",
+          b + "ffn_gate.weight", b + "ffn_down.weight", b + "ffn_up.weight"};
+}
+
+}  // namespace detail
+
+inline Model Model::from_gguf(std::shared_ptr<const inferkit::GgufFile> file) {
+  const inferkit::GgufFile& f = *file;
+  bool quantized = false;
+  for (const auto& t : f.tensors())
+    if (t.dims[1] > 1 && t.type != inferkit::GgmlType::kF32 && t.type != inferkit::GgmlType::kF16 &&
+        t.type != inferkit::GgmlType::kBF16)
+      quantized = true;
+  if (!quantized) return from_gguf(f);
+  Config c = gguf_config(f);
+  validate(c, "model");
+  Model m(c, false);  // norms only: the matrices stay in the mapped file
+  m.map();
+  const std::uint64_t d = c.dim, h = c.hidden_dim, qd = c.q_dim(), kv = c.kv_dim(), hs = c.head_size();
+  const auto V = static_cast<std::uint64_t>(c.vocab_size);
+  const auto view = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows) {
+    const inferkit::GgufTensor t = detail::gguf_shaped_tensor(f, name, cols, rows);
+    return inferkit::GgmlWeights::view(t.type(), static_cast<Index>(rows), static_cast<Index>(cols), t.bytes(), name);
+  };
+  const auto copy = [&](const std::string& name, std::uint64_t cols, float* dst) {
+    detail::gguf_copy_tensor(f, name, cols, 1, dst);
+  };
+  const std::uint64_t in[7] = {d, d, d, qd, d, h, d}, out[7] = {qd, kv, kv, d, h, d, h};
+  m.ggml_.reserve(7 * static_cast<std::size_t>(c.n_layers) + 2);
+  copy("output_norm.weight", d, m.mutable_rms_final());
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    copy(b + "attn_norm.weight", d, m.mutable_rms_att(l));
+    copy(b + "ffn_norm.weight", d, m.mutable_rms_ffn(l));
+    const auto names = detail::gguf_projection_names(l);
+    for (std::size_t p = 0; p < 7; ++p) m.ggml_.push_back(view(names[p], in[p], out[p]));
+    if (c.qkv_bias()) {
+      copy(b + "attn_q.bias", qd, m.mutable_bias(Proj::kQ, l));
+      copy(b + "attn_k.bias", kv, m.mutable_bias(Proj::kK, l));
+      copy(b + "attn_v.bias", kv, m.mutable_bias(Proj::kV, l));
+    }
+    if (c.qk_norm()) {
+      copy(b + "attn_q_norm.weight", hs, m.mutable_q_norm(l));
+      copy(b + "attn_k_norm.weight", hs, m.mutable_k_norm(l));
+    }
+  }
+  inferkit::GgmlWeights embd = view("token_embd.weight", d, V);
+  m.ggml_.push_back(c.shared_classifier ? embd : view("output.weight", d, V));
+  m.ggml_.push_back(std::move(embd));
+  m.gguf_ = std::move(file);
   return m;
 }
 

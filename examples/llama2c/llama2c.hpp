@@ -34,6 +34,8 @@
 
 #include <inferkit/attention/reference.hpp>
 #include <inferkit/inferkit.hpp>
+#include <inferkit/quant/ggml_matvec.hpp>
+#include <inferkit/quant/ggml_weights.hpp>
 
 #include "bounds.hpp"
 #include "moe_model.hpp"
@@ -103,7 +105,10 @@ class ProjectionHook {
   virtual void project(Proj p, int layer, const float* x, float* y) const = 0;
 };
 
-/// The weights, owned in one float buffer; matrices are Eigen maps into it.
+/// The weights, owned in one float buffer; matrices are Eigen maps into it. A GGUF model whose
+/// projections are quantized (Q8_0, Q4_K, ...) is ggml-backed instead: every projection, the
+/// classifier and the token embedding are GgmlWeights views into the mapped file (kept alive by
+/// the model), run by ggml_matvec / ggml_matmul; the float buffer then holds the norms only.
 class Model {
  public:
   /// Reads a dense legacy checkpoint; an MoE checkpoint is refused (use load_any).
@@ -117,13 +122,18 @@ class Model {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument("llama2c: cannot open model file '" + path + "'");
     char magic[4] = {};
-    if (f.read(magic, 4) && std::string_view(magic, 4) == "GGUF") return from_gguf(inferkit::GgufFile::open(path));
+    if (f.read(magic, 4) && std::string_view(magic, 4) == "GGUF")
+      return from_gguf(std::make_shared<const inferkit::GgufFile>(inferkit::GgufFile::open(path)));
     f.clear();
     return load(f, path, allow_moe);
   }
 
-  /// The model a GGUF file describes (architectures llama, qwen2, qwen3; gguf_model.hpp).
+  /// The model a GGUF file describes (architectures llama, qwen2, qwen3; gguf_model.hpp), with
+  /// float weights (F32 / F16 / BF16 tensors; quantized ones are refused by name).
   static Model from_gguf(const inferkit::GgufFile& file);
+  /// The same, but a file with a quantized projection gives a ggml-backed model (zero-copy views
+  /// into `file`, which the model keeps alive).
+  static Model from_gguf(std::shared_ptr<const inferkit::GgufFile> file);
 
   /// A model of shape `c` whose weights are all zero, to be filled through the mutable views
   /// (the GGUF reader, tests). Throws std::invalid_argument for an invalid shape.
@@ -263,20 +273,43 @@ class Model {
   const Config& config() const { return c_; }
 
   // Weight views.
-  const float* embedding(TokenId t) const { return data_.data() + static_cast<std::size_t>(t) * c_.dim; }
+  /// Token t's embedding row (float models; a ggml-backed model throws: use embed()).
+  const float* embedding(TokenId t) const {
+    require_float("token_embd.weight");
+    return data_.data() + static_cast<std::size_t>(t) * c_.dim;
+  }
+  /// Writes token t's embedding [dim] to `out` (dequantized when the table is quantized).
+  void embed(TokenId t, float* out) const {
+    if (!ggml_backed()) {
+      std::copy_n(embedding(t), c_.dim, out);
+      return;
+    }
+    inferkit::ggml_dequantize_row(ggml_.back(), t, std::span<float>(out, static_cast<std::size_t>(c_.dim)));
+  }
+  /// Whether the projections are GgmlWeights views into a mapped GGUF file (class comment).
+  bool ggml_backed() const { return !ggml_.empty(); }
+  /// Projection p of layer l of a ggml-backed model (the classifier ignores l).
+  const inferkit::GgmlWeights& ggml_weights(Proj p, int l) const {
+    const std::size_t L = static_cast<std::size_t>(c_.n_layers);
+    return p == Proj::kClassifier ? ggml_[7 * L] : ggml_[static_cast<std::size_t>(l) * 7 + static_cast<std::size_t>(p)];
+  }
   VectorMap rms_att(int l) const { return VectorMap(rms_att_ + l * c_.dim, c_.dim); }
   VectorMap rms_ffn(int l) const { return VectorMap(rms_ffn_ + l * c_.dim, c_.dim); }
   VectorMap rms_final() const { return VectorMap(rms_final_, c_.dim); }
   MatrixMap wq(int l) const {
+    require_float("wq");
     return MatrixMap(wq_ + static_cast<std::size_t>(l) * c_.q_dim() * c_.dim, c_.q_dim(), c_.dim);
   }
   MatrixMap wk(int l) const {
+    require_float("wk");
     return MatrixMap(wk_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim);
   }
   MatrixMap wv(int l) const {
+    require_float("wv");
     return MatrixMap(wv_ + static_cast<std::size_t>(l) * c_.kv_dim() * c_.dim, c_.kv_dim(), c_.dim);
   }
   MatrixMap wo(int l) const {
+    require_float("wo");
     return MatrixMap(wo_ + static_cast<std::size_t>(l) * c_.dim * c_.q_dim(), c_.dim, c_.q_dim());
   }
   /// Layer l's bias of Q, K or V (qwen2), or nullptr when the architecture has none.
@@ -296,15 +329,21 @@ class Model {
     return k_norm_ ? k_norm_ + static_cast<std::size_t>(l) * c_.head_size() : nullptr;
   }
   MatrixMap w1(int l) const {
+    require_float("w1");
     return MatrixMap(w1_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim);
   }
   MatrixMap w2(int l) const {
+    require_float("w2");
     return MatrixMap(w2_ + static_cast<std::size_t>(l) * c_.dim * c_.hidden_dim, c_.dim, c_.hidden_dim);
   }
   MatrixMap w3(int l) const {
+    require_float("w3");
     return MatrixMap(w3_ + static_cast<std::size_t>(l) * c_.hidden_dim * c_.dim, c_.hidden_dim, c_.dim);
   }
-  MatrixMap wcls() const { return MatrixMap(wcls_, c_.vocab_size, c_.dim); }
+  MatrixMap wcls() const {
+    require_float("output.weight");
+    return MatrixMap(wcls_, c_.vocab_size, c_.dim);
+  }
   /// Layer l's router and experts (MoE checkpoints only).
   MoeLayerView moe_layer(int l) const {
     const std::size_t E = c_.n_experts, h = c_.hidden_dim, d = c_.dim;
@@ -357,6 +396,13 @@ class Model {
   /// y = W x through the installed hook, or the float matrix (Eigen) when there is none.
   void project(Proj p, int l, const float* x, float* y) const {
     if (projections_) return projections_->project(p, l, x, y);
+    if (ggml_backed()) {
+      const inferkit::GgmlWeights& w = ggml_weights(p, l);
+      inferkit::ggml_matvec(w, std::span<const float>(x, static_cast<std::size_t>(w.cols())),
+                            std::span<float>(y, static_cast<std::size_t>(w.rows())),
+                            threads_for(2.0 * double(w.rows()) * double(w.cols())));
+      return;
+    }
     const MatrixMap m = matrix(p, l);
     Eigen::Map<Eigen::VectorXf>(y, m.rows()).noalias() = m * VectorMap(x, m.cols());
   }
@@ -364,7 +410,10 @@ class Model {
   const ProjectionHook* projections() const { return projections_.get(); }
 
  private:
-  explicit Model(Config config) : c_(std::move(config)), data_(weight_floats(c_)) {
+  // float_matrices = false: a ggml-backed model, whose buffer holds the RMSNorm weights only.
+  explicit Model(Config config, bool float_matrices = true)
+      : c_(std::move(config)), data_(float_matrices ? weight_floats(c_) : norm_floats(c_)) {
+    float_matrices_ = float_matrices;
     const Config& c = c_;
     if (c.moe()) {
       moe_ = std::make_shared<MoeFfn>();
@@ -417,6 +466,17 @@ class Model {
     if (!c.shared_classifier) n += v * d;
     return n;
   }
+  static std::size_t norm_floats(const Config& c) {
+    return (2 * static_cast<std::size_t>(c.n_layers) + 1) * static_cast<std::size_t>(c.dim);
+  }
+  // Throws when the model is ggml-backed: its float matrices (`what`) are not held.
+  void require_float(const char* what) const {
+    if (ggml_backed())
+      throw std::invalid_argument(std::string("llama2c: the model's weights are ") +
+                                  inferkit::ggml_type_name(ggml_weights(Proj::kQ, 0).type()) +
+                                  " GGUF tensors (ggml-backed): the float matrix " + what +
+                                  " is not held; this needs a float (F32 / F16 / BF16) model");
+  }
   // The architecture's extra vectors (extra_): Q/K/V biases, then the per-head Q/K norm weights.
   static std::size_t extra_floats(const Config& c) {
     const std::size_t L = c.n_layers;
@@ -433,26 +493,27 @@ class Model {
       e = bv_ + L * kv;
     }
     if (c_.qk_norm()) q_norm_ = e, k_norm_ = e + L * hs;
-    float* p = data_.data() + v * d;
+    const std::size_t m = float_matrices_ ? 1 : 0;  // a ggml-backed model's buffer has no matrices
+    float* p = data_.data() + m * v * d;
     const auto take = [&](std::size_t n) {
       float* q = p;
       p += n;
       return q;
     };
     rms_att_ = take(L * d);
-    wq_ = take(L * qd * d);
-    wk_ = take(L * kv * d);
-    wv_ = take(L * kv * d);
-    wo_ = take(L * d * qd);
+    wq_ = take(m * L * qd * d);
+    wk_ = take(m * L * kv * d);
+    wv_ = take(m * L * kv * d);
+    wo_ = take(m * L * d * qd);
     rms_ffn_ = take(L * d);
     const std::size_t E = c_.moe() ? static_cast<std::size_t>(c_.n_experts) : 1;
     if (c_.moe()) router_ = take(L * E * d);
-    w1_ = take(L * E * h * d);
-    w2_ = take(L * E * d * h);
-    w3_ = take(L * E * h * d);
+    w1_ = take(m * L * E * h * d);
+    w2_ = take(m * L * E * d * h);
+    w3_ = take(m * L * E * h * d);
     rms_final_ = take(d);
-    take(2 * static_cast<std::size_t>(c_.seq_len) * (c_.head_size() / 2));  // legacy RoPE tables
-    wcls_ = c_.shared_classifier ? data_.data() : take(v * d);
+    take(m * 2 * static_cast<std::size_t>(c_.seq_len) * (c_.head_size() / 2));  // legacy RoPE tables
+    wcls_ = c_.shared_classifier ? data_.data() : take(m * v * d);
   }
 
   Config c_;
@@ -462,6 +523,11 @@ class Model {
   std::vector<float> extra_;  // the architecture's biases and Q/K norms (extra_floats())
   float *bq_ = nullptr, *bk_ = nullptr, *bv_ = nullptr, *q_norm_ = nullptr, *k_norm_ = nullptr;
   std::shared_ptr<const ProjectionHook> projections_;
+  // ggml-backed models: 7 projections per layer, the classifier, then the token embedding, all
+  // views into *gguf_ (empty for float models).
+  std::vector<inferkit::GgmlWeights> ggml_;
+  bool float_matrices_ = true;  // false: data_ holds the norms only (norm_floats())
+  std::shared_ptr<const inferkit::GgufFile> gguf_;
   std::shared_ptr<MoeFfn> moe_;  // shared by copies of the model (the workspace is not copied)
 
   friend class ModelBuilder;
@@ -754,7 +820,7 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
   RowMatrix x(n, D), xb(n, D), q(n, c.q_dim()), k(n, kvd), v(n, kvd), att(n, c.q_dim()),
       h1(c.moe() ? 0 : n, c.hidden_dim), h3(c.moe() ? 0 : n, c.hidden_dim);
   Eigen::RowVectorXf tmp(D);
-  for (Index t = 0; t < n; ++t) x.row(t) = Eigen::Map<const Eigen::RowVectorXf>(m.embedding(tokens[t]), D);
+  for (Index t = 0; t < n; ++t) m.embed(tokens[t], x.row(t).data());
   std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
   for (Index t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = pos + static_cast<std::int32_t>(t);
   const inferkit::RopeOptions rope = c.rope();
@@ -762,6 +828,13 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
   RowMatrix o(gemm ? n : 0, D);
   // out = in W_p^T: one GEMM over the chunk, or one matrix-vector product per token.
   const auto project_rows = [&](Proj p, int l, const RowMatrix& in, RowMatrix& out) {
+    if (m.ggml_backed()) {  // int8 activations against the file's blocks (ggml_matvec.hpp)
+      const inferkit::GgmlWeights& w = m.ggml_weights(p, l);
+      inferkit::ggml_matmul(w, inferkit::MatrixView<const float>(in.data(), in.rows(), in.cols()),
+                            inferkit::MatrixView<float>(out.data(), out.rows(), out.cols()),
+                            threads_for(2.0 * double(n) * double(w.rows()) * double(w.cols())));
+      return;
+    }
     const MatrixMap w = m.matrix(p, l);
     eigen_threads_for(2.0 * double(n) * double(w.rows()) * double(w.cols()));
     out.noalias() = in * w.transpose();
@@ -821,7 +894,11 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
     if (hidden) std::copy_n(xb.row(t).data(), D, hidden + t * D);  // the last hidden state, normalized
     if (!gemm) m.project(Proj::kClassifier, 0, xb.row(t).data(), logits + t * c.vocab_size);
   }
-  if (gemm) {
+  if (gemm && m.ggml_backed()) {
+    RowMatrix out(n, c.vocab_size);
+    project_rows(Proj::kClassifier, 0, xb, out);
+    std::copy_n(out.data(), out.size(), logits);
+  } else if (gemm) {
     Eigen::Map<RowMatrix> out(logits, n, c.vocab_size);
     eigen_threads_for(2.0 * double(n) * double(c.vocab_size) * double(D));
     out.noalias() = xb * m.wcls().transpose();

@@ -19,6 +19,7 @@
 #include "cmd_eval.hpp"
 #include "cmd_generate.hpp"
 #include "cmd_make_random.hpp"
+#include "cmd_quantize.hpp"
 #include "cmd_serve.hpp"
 #include "cmd_tokenize.hpp"
 #include "flag_table.hpp"
@@ -33,13 +34,13 @@ struct Entry {
 constexpr Entry kEntries[] = {{"generate", llama2c::cmd_generate}, {"eval", llama2c::cmd_eval},
                               {"serve", llama2c::cmd_serve},       {"make-random", llama2c::cmd_make_random},
                               {"tokenize", llama2c::cmd_tokenize}, {"convert", llama2c::cmd_convert},
-                              {"bench", llama2c::cmd_bench}};
+                              {"quantize", llama2c::cmd_quantize}, {"bench", llama2c::cmd_bench}};
 
 int usage(const llama2c::cli::FlagTable& t) {
-  std::fprintf(
-      stderr,
-      "usage: %s generate|eval|serve|make-random|tokenize|convert|bench [flags]  (%s --help, %s <subcommand> --help)\n",
-      t.program.data(), t.program.data(), t.program.data());
+  std::fprintf(stderr,
+               "usage: %s generate|eval|serve|make-random|tokenize|convert|quantize|bench [flags]  (%s --help, %s "
+               "<subcommand> --help)\n",
+               t.program.data(), t.program.data(), t.program.data());
   return 2;
 }
 
