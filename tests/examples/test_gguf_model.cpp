@@ -363,7 +363,7 @@ TEST_CASE("GGUF llama, qwen2 and qwen3 models match an fp64 reference forward", 
 }
 
 TEST_CASE(
-    "GGUF Q8_0 / Q4_0 / Q4_K models run zero-copy within a bound of the fp64 forward over their dequantized weights",
+    "GGUF Q8_0 / Q4_0 / Q4_1 models run zero-copy within a bound of the fp64 forward over their dequantized weights",
     "[example][gguf]") {
   // The one approximation left is ggml_matvec's int8 activations (one scale per 32 values, about
   // 1/254 relative per input), measured at 2.6-2.8% of the largest logit after two layers; with
