@@ -87,7 +87,8 @@ inline const cli::FlagTable& flag_table() {
                .commands = G | E | S | T | C | B | Q,
                .metavar = "PATH",
                .help = "llama2.c checkpoint (generate and eval also read the mixture-of-experts extension) or GGUF "
-                       "file (architectures llama, qwen2, qwen3; F32, F16, BF16 or the quantized ggml types, read in place)",
+                       "file (architectures llama, qwen2, qwen3; F32, F16, BF16 or the quantized ggml types, read in "
+                       "place)",
                .required = G | E | S | T | C | B | Q,
                .group = "Model",
                .variants = {{.commands = T, .help = "GGUF file whose vocabulary encodes the text"}}},
