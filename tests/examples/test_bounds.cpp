@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+
+#include <unistd.h>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -32,7 +34,9 @@ llama2c::Config bounds_shape() {
 
 std::string bounds_model() {
   static const std::string path = [] {
-    const auto p = (std::filesystem::temp_directory_path() / "inferkit_bounds_model.bin").string();
+    const auto p =
+        (std::filesystem::temp_directory_path() / ("inferkit_bounds_model_" + std::to_string(::getpid()) + ".bin"))
+            .string();
     llama2c::Model::random(bounds_shape(), 5).save(p);
     return p;
   }();
@@ -92,7 +96,9 @@ TEST_CASE("thread counts beyond kMaxThreads are rejected by name (no libgomp cra
 
 TEST_CASE("a trace line asking for more KV than memory holds names its line and field", "[example][bounds]") {
   const std::string m = bounds_model();
-  const auto trace = (std::filesystem::temp_directory_path() / "inferkit_bounds_trace.jsonl").string();
+  const auto trace =
+      (std::filesystem::temp_directory_path() / ("inferkit_bounds_trace_" + std::to_string(::getpid()) + ".jsonl"))
+          .string();
   {
     std::ofstream f(trace);
     f << "{\"prompt_ids\": [1, 5], \"max_new_tokens\": 4}\n"
@@ -141,7 +147,9 @@ TEST_CASE("command-line sizes beyond memory or int32 positions are rejected by f
     wide.n_layers = 1;
     wide.hidden_dim = 2;
     wide.vocab_size = 1 << 20;
-    const auto path = (std::filesystem::temp_directory_path() / "inferkit_bounds_wide.bin").string();
+    const auto path =
+        (std::filesystem::temp_directory_path() / ("inferkit_bounds_wide_" + std::to_string(::getpid()) + ".bin"))
+            .string();
     llama2c::Model::random(wide, 3).save(path);
     check_rejected("generate --model " + path + " --beams 65536 --steps 2",
                    {"--beams = 65536 is invalid: a row of logits (1048576 tokens) and the best 2 * beams candidates "
@@ -152,7 +160,9 @@ TEST_CASE("command-line sizes beyond memory or int32 positions are rejected by f
                     "candidates need",
                     "more than this machine's memory"});
     // eval: one chunk of 2^17 tokens holds 2^17 rows of 2^20 logits (550 GB); the file is 256 KB.
-    const auto ids = (std::filesystem::temp_directory_path() / "inferkit_bounds_wide_ids.txt").string();
+    const auto ids =
+        (std::filesystem::temp_directory_path() / ("inferkit_bounds_wide_ids_" + std::to_string(::getpid()) + ".txt"))
+            .string();
     {
       std::ofstream f(ids);
       for (int i = 0; i < (1 << 17); ++i) f << "1 ";
@@ -175,7 +185,9 @@ TEST_CASE("command-line sizes beyond memory or int32 positions are rejected by f
                   "bytes of state per request need", "more than this machine's memory"});
   check_rejected("serve --model " + m + " --synthetic 2 --kv-blocks 2147483647",
                  {"--kv-blocks = 2147483647 is invalid"});
-  const auto ids = (std::filesystem::temp_directory_path() / "inferkit_bounds_ids.txt").string();
+  const auto ids =
+      (std::filesystem::temp_directory_path() / ("inferkit_bounds_ids_" + std::to_string(::getpid()) + ".txt"))
+          .string();
   std::ofstream(ids) << "1 5 9 13 17 21 2 3";
   check_rejected("eval --model " + m + " --eval-ids " + ids + " --cache window --window 2147483647",
                  {"--window = 2147483647 is invalid: the window's slots of KV cache need"});
@@ -186,7 +198,9 @@ TEST_CASE("command-line sizes beyond memory or int32 positions are rejected by f
   REQUIRE(s2 == 0);
   CHECK(cli_test::field(o1, "mean_nll") == cli_test::field(o2, "mean_nll"));
   std::filesystem::remove(ids);
-  const auto out = (std::filesystem::temp_directory_path() / "inferkit_bounds_never.bin").string();
+  const auto out =
+      (std::filesystem::temp_directory_path() / ("inferkit_bounds_never_" + std::to_string(::getpid()) + ".bin"))
+          .string();
   check_rejected("make-random --out " + out + " --dim 1073741824 --heads 1 --kv-heads 1 --vocab 8",
                  {"random model: dim = 1073741824", "its weights need", "more than this machine's memory"});
   CHECK(!std::filesystem::exists(out));

@@ -161,7 +161,7 @@ std::string parse_error(const std::string& command, const std::string& line) {
 
 TEST_CASE("flag table: every flag declared once, defaults valid, rules over declared flags", "[example][cli]") {
   const cli::FlagTable& t = llama2c::flag_table();
-  REQUIRE(t.commands.size() == 7);
+  REQUIRE(t.commands.size() == 8);
   CHECK(t.command("generate") == llama2c::kGenerate);
   CHECK(t.command("eval") == llama2c::kEval);
   CHECK(t.command("serve") == llama2c::kServe);
@@ -169,6 +169,7 @@ TEST_CASE("flag table: every flag declared once, defaults valid, rules over decl
   CHECK(t.command("tokenize") == llama2c::kTokenize);
   CHECK(t.command("convert") == llama2c::kConvert);
   CHECK(t.command("bench") == llama2c::kBench);
+  CHECK(t.command("quantize") == llama2c::kQuantize);
   const cli::Commands all = (cli::Commands{1} << t.commands.size()) - 1;
   std::set<std::string_view> names;
   for (const auto& f : t.flags) {
