@@ -5,10 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "grammar_test_util.hpp"
 #include "inferkit/grammar/json_value.hpp"
@@ -43,7 +46,12 @@ inline std::vector<SchemaCase> schema_cases() {
 
 // Runs data/judge.py over (schema, instances) pairs: one string of '0' / '1' per schema.
 inline std::vector<std::string> judge(const std::vector<std::pair<const JsonValue*, std::vector<std::string>>>& cases) {
-  const std::string in = "grammar_judge_in.json", out = "grammar_judge_out.txt";
+  // In the temporary directory under the process id: ctest runs test cases two at a time, and the
+  // working directory may be the source tree.
+  const auto tmp = std::filesystem::temp_directory_path();
+  const std::string pid = std::to_string(::getpid());
+  const std::string in = (tmp / ("inferkit_grammar_judge_in_" + pid + ".json")).string();
+  const std::string out = (tmp / ("inferkit_grammar_judge_out_" + pid + ".txt")).string();
   {
     std::ofstream f(in, std::ios::binary);
     std::string text = "[";
@@ -62,6 +70,8 @@ inline std::vector<std::string> judge(const std::vector<std::pair<const JsonValu
   std::ifstream f(out);
   std::vector<std::string> lines;
   for (std::string line; std::getline(f, line);) lines.push_back(line == "-" ? "" : line);
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
   REQUIRE(lines.size() == cases.size());
   return lines;
 }
