@@ -2,9 +2,9 @@
 // inferkit version (kept equal to the CMake project version).
 
 #define INFERKIT_VERSION_MAJOR 0
-#define INFERKIT_VERSION_MINOR 2
+#define INFERKIT_VERSION_MINOR 3
 #define INFERKIT_VERSION_PATCH 0
-#define INFERKIT_VERSION_STRING "0.2.0"
+#define INFERKIT_VERSION_STRING "0.3.0"
 
 namespace inferkit {
 inline constexpr int kVersionMajor = INFERKIT_VERSION_MAJOR;
