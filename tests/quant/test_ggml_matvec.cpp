@@ -90,6 +90,9 @@ TEST_CASE("ggml_matvec / ggml_matmul, block types: fp64 reference on every path"
         for (Index n = 0; n < rows; ++n) REQUIRE(y(2, n) == 0.0f);
         CHECK(y.v == y2.v);
         CHECK(std::memcmp(y1.data(), y.row(0), static_cast<std::size_t>(rows) * 4) == 0);
+        std::vector<float> y3(y1.size());  // decode on 2 threads (4-row passes, then the tail rows)
+        inferkit::ggml_matvec(w, std::span(x.row(1), static_cast<std::size_t>(cols)), y3, 2, k);
+        CHECK(std::memcmp(y3.data(), y.row(1), static_cast<std::size_t>(rows) * 4) == 0);
       }
     }
   }

@@ -33,6 +33,7 @@
 #include "inferkit/core/threading.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/detail/activation_rows.hpp"
+#include "inferkit/quant/detail/ggml_decode_kernels.hpp"
 #include "inferkit/quant/detail/ggml_float_kernels.hpp"
 #include "inferkit/quant/detail/ggml_int8_kernels.hpp"
 #include "inferkit/quant/detail/kernel_dispatch.hpp"
@@ -99,7 +100,9 @@ inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const 
   const Index N = w.rows(), K = w.cols(), T = x.rows(), items = ceil_div(N, kGgmlRowsPerItem);
   GgmlQ8Rows q8;
   ggml_quantize_activations(x, L::kBlock, kernel, q8, T >= 16 ? threads : 1);
+  AlignedBuffer<std::int8_t> decode_scratch;
   on_quant_path(kernel, [&](auto path) {
+    const std::int8_t* decode_codes = T == 1 ? ggml_decode_codes<L>(path, q8, decode_scratch) : nullptr;
     const auto make = [&] {
       GgmlUnpackedRow r;
       r.resize(K, L::kBlock);
@@ -108,12 +111,12 @@ inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const 
     parallel_items_with(threads, items, make, [&](GgmlUnpackedRow& r, Index i) {
       const Index n0 = i * kGgmlRowsPerItem, n1 = std::min(N, n0 + kGgmlRowsPerItem);
       if (T == 1) {  // decode: each block unpacked in registers and used once
-        for (Index n = n0; n < n1; ++n) {
-          const auto* row = reinterpret_cast<const std::uint8_t*>(w.row(n));
-          if constexpr (std::is_same_v<decltype(path), ScalarPath>)
-            y(0, n) = ggml_int8_row_scalar<L>(row, K, q8, r);
-          else
-            y(0, n) = ggml_int8_row<L>(path, row, K, q8);
+        if constexpr (std::is_same_v<decltype(path), ScalarPath>) {
+          for (Index n = n0; n < n1; ++n)
+            y(0, n) = ggml_int8_row_scalar<L>(reinterpret_cast<const std::uint8_t*>(w.row(n)), K, q8, r);
+        } else {
+          ggml_decode_rows<L>(path, reinterpret_cast<const std::uint8_t*>(w.row(0)), w.row_bytes(), n0, n1, K, q8,
+                              decode_codes, y.row_ptr(0) + n0);
         }
         return;
       }

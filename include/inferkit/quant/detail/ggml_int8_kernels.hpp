@@ -14,10 +14,11 @@
 // term) take |u| and sign(q, u) first. Codes are unpacked with AVX2
 // instructions on both SIMD paths, 32 per vector (the unit every layout is organized in).
 //
-// Decode (one activation row) unpacks each block in registers and uses it once; prefill
-// unpacks a weight row once per tile of activation rows into a scratch row (codes, scale
-// vectors, factors) that the tile's rows then share, 4 rows per pass over it. Both run the
-// same block arithmetic (ggml_block_terms), so a matvec equals the matmul row bit for bit.
+// Decode (one activation row, detail/ggml_decode_kernels.hpp) unpacks each block in registers
+// and uses it once; prefill unpacks a weight row once per tile of activation rows into a
+// scratch row (codes, scale vectors, factors) that the tile's rows then share, 4 rows per pass
+// over it. Both run the same block arithmetic (ggml_block_terms), so a matvec equals the matmul
+// row bit for bit.
 
 #include <algorithm>
 #include <cstdint>
@@ -216,18 +217,18 @@ template <class L>
     return ggml_chunk<L>(b, c);
 }
 
-/// Q4_K / Q5_K's eight 6-bit scales (low 8 bytes of sc) and minimums (of mn) from their 12
-/// bytes: ggml_k4_scale_min for all eight at once, in 32-bit words. The words go to registers
-/// directly (a byte array stored in pieces and reloaded whole would stall store forwarding).
-inline void ggml_k4_scales8(const std::uint8_t* s, __m128i& sc, __m128i& mn) {
-  std::uint32_t w[3];
-  std::memcpy(w, s, 12);
-  const std::uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-  const std::uint32_t sc_lo = w[0] & m6, mn_lo = w[1] & m6;
-  const std::uint32_t sc_hi = (w[2] & m4) | (((w[0] >> 6) & m2) << 4);
-  const std::uint32_t mn_hi = ((w[2] >> 4) & m4) | (((w[1] >> 6) & m2) << 4);
-  sc = _mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo));
-  mn = _mm_set_epi32(0, 0, static_cast<int>(mn_hi), static_cast<int>(mn_lo));
+/// Q4_K / Q5_K's eight 6-bit scales (bytes 0..7) and eight minimums (bytes 8..15) from their
+/// 12 bytes at s: ggml_k4_scale_min for all sixteen at once, by two byte shuffles (the low bits
+/// of each value, then the top two bits of groups 4..7 from bytes 0..7's bits 6, 7). Reads 16
+/// bytes at s: the 12 and the first 4 code bytes after them (in the block), which it ignores.
+inline __m128i ggml_k4_scale_bytes(const std::uint8_t* s) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i low = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i top = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  const __m128i m1 = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0);
+  const __m128i m2 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15);
+  const __m128i lo = _mm_or_si128(_mm_and_si128(low, m1), _mm_and_si128(_mm_srli_epi16(low, 4), m2));
+  return _mm_or_si128(lo, _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
 }
 
 /// A block's factors (GgmlParts) by vector instructions: the SIMD paths' L::parts.
@@ -244,10 +245,9 @@ inline void ggml_parts_simd(const std::uint8_t* b, GgmlParts& p) {
   } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
     p.d = ggml_half_f16c(b);
     p.dm = ggml_half_f16c(b + 2);
-    __m128i sv, mv;
-    ggml_k4_scales8(b + 4, sv, mv);
-    _mm256_store_si256(sc, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sv, sv)));  // each 32-group's scale twice
-    _mm256_store_si256(mn, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv)));
+    const __m128i v = ggml_k4_scale_bytes(b + 4);
+    _mm256_store_si256(sc, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v)));  // each 32-group's scale twice
+    _mm256_store_si256(mn, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(v, v)));
   } else if constexpr (T == GgmlType::kQ6_K) {
     p.d = ggml_half_f16c(b + 208);
     _mm256_store_si256(sc, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
@@ -388,34 +388,6 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
   for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - (ggml_hsum(mins[t]) + mins1[t]);
 }
 
-/// One row's product with one activation row, unpacking each block in registers (decode).
-template <class L, bool kVnni>
-inline float ggml_int8_row_fused(const std::uint8_t* p, Index cols, const GgmlQ8Rows& x) {
-  constexpr int kChunks = L::kBlock / 32;
-  const std::int8_t* q = x.q_row(0);
-  const float* dx = x.d_row(0);
-  const std::int16_t* s = x.s_row(0);
-  __m256 main = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
-  float mins1 = 0.0f;
-  GgmlParts parts;
-  for (Index b = 0; b < cols / L::kBlock; ++b) {
-    const std::uint8_t* blk = p + b * L::kBytes;
-    ggml_parts_simd<L>(blk, parts);
-    // Two integer accumulators (even and odd chunks) halve the multiply-add dependency chain;
-    // integer sums are exact, so the split does not change a bit.
-    __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int c = 0; c < kChunks; ++c) {
-      const Index k = b * L::kBlock + 32 * c;
-      const __m256i codes = ggml_simd_codes<L>(blk, c);
-      const __m256i u = kGgmlSignedSimd<L> ? _mm256_abs_epi8(codes) : codes;
-      const __m256i sv = L::kBlock == 32 ? codes : ggml_chunk_scales<L>(parts, c);
-      acc[c % 2] =
-          ggml_mac<L, kVnni>(acc[c % 2], u, codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k)), sv);
-    }
-    ggml_block_terms<L>(parts, _mm256_add_epi32(acc[0], acc[1]), dx[b], s + b * (L::kBlock / 16), main, mins, mins1);
-  }
-  return ggml_hsum(main) - (ggml_hsum(mins) + mins1);
-}
 #endif
 
 #if defined(INFERKIT_QUANT_AVX2)
@@ -424,20 +396,12 @@ inline void ggml_int8_tile(Avx2Path, const GgmlUnpackedRow& r, Index cols, const
                            Index y_stride) {
   ggml_int8_tile_simd<L, C, false>(r, cols, x, t0, y, y_stride);
 }
-template <class L>
-inline float ggml_int8_row(Avx2Path, const std::uint8_t* p, Index cols, const GgmlQ8Rows& x) {
-  return ggml_int8_row_fused<L, false>(p, cols, x);
-}
 #endif
 #if defined(INFERKIT_QUANT_AVX512VNNI)
 template <class L, int C>
 inline void ggml_int8_tile(Avx512VnniPath, const GgmlUnpackedRow& r, Index cols, const GgmlQ8Rows& x, Index t0,
                            float* y, Index y_stride) {
   ggml_int8_tile_simd<L, C, true>(r, cols, x, t0, y, y_stride);
-}
-template <class L>
-inline float ggml_int8_row(Avx512VnniPath, const std::uint8_t* p, Index cols, const GgmlQ8Rows& x) {
-  return ggml_int8_row_fused<L, true>(p, cols, x);
 }
 #endif
 
