@@ -19,6 +19,7 @@
 #include "bounds.hpp"
 #include "cmd_common.hpp"
 #include "flag_table.hpp"
+#include "grammar_flags.hpp"
 #include "runner.hpp"
 #include "sampling_flags.hpp"
 #include "text.hpp"
@@ -142,10 +143,16 @@ inline int cmd_generate(const cli::Flags& a) {
   s.arithmetic = attn_arith(a);
   apply_sampling_flags(a, s);
   make_chain(s);  // validates the sampling parameters before any work
-  if (a.has("--prompts")) return generate_prompt_batch(a, model, steps, s);
-  const auto tok = tokenizer_flag(a, model.config().vocab_size);  // llama2.c's, for text steering prompts
   const auto text =
       TextCodec::open(a.text("--model"), a.has("--tokenizer") ? a.text("--tokenizer") : "", model.config().vocab_size);
+  for (const auto& [flag, kind] :
+       {std::pair{"--grammar", GrammarSource::kGbnf}, {"--json-schema", GrammarSource::kJsonSchema}})
+    if (a.has(flag))
+      s.grammar =
+          grammar_masker(kind, read_file(a.text(flag), flag), std::string(flag) + " file '" + a.text(flag) + "'",
+                         grammar_trie(text ? &*text : nullptr, model.config().vocab_size));
+  if (a.has("--prompts")) return generate_prompt_batch(a, model, steps, s);
+  const auto tok = tokenizer_flag(a, model.config().vocab_size);  // llama2.c's, for text steering prompts
   if (a.has("--prompt") && !text)
     throw std::invalid_argument("--prompt needs --tokenizer or a GGUF model with a vocabulary (or give --prompt-ids)");
   const auto prompt = a.has("--prompt")
@@ -200,6 +207,7 @@ inline int cmd_generate(const cli::Flags& a) {
     for (TokenId t : prompt) std::fputs(stream.push(t).c_str(), stdout);
     std::fflush(stdout);
     const std::function<void(TokenId)> print = [&](TokenId t) {
+      if (ends_constrained(s, t)) return;  // EOS has no text (llama2.c's tokenizer would print "</s>")
       std::fputs(stream.push(t).c_str(), stdout);
       std::fflush(stdout);
     };
@@ -214,9 +222,12 @@ inline int cmd_generate(const cli::Flags& a) {
     auto stream = text->stream();
     std::string all;
     for (TokenId t : prompt) all += stream.push(t);
-    for (TokenId t : out) all += stream.push(t);
+    for (TokenId t : out)
+      if (!ends_constrained(s, t)) all += stream.push(t);
     std::printf("%s%s\n", all.c_str(), stream.flush().c_str());
   }
+  if (s.grammar && (out.empty() || !ends_constrained(s, out.back())))
+    std::fprintf(stderr, "grammar: the output is not complete after --steps = %ld tokens\n", static_cast<long>(steps));
   if (model.config().moe()) std::fprintf(stderr, "%s\n", model.moe_ffn().totals.describe().c_str());
   std::fprintf(stderr, "%zu tokens in %.3f s: %.1f tokens/s\n", out.size(), st.seconds,
                double(out.size()) / st.seconds);

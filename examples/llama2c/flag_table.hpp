@@ -345,6 +345,18 @@ inline const cli::FlagTable& flag_table() {
                .metavar = "\"IDS\"",
                .help = "tokens banned at the first generated position",
                .group = "Sampling"},
+              {.name = "--grammar",
+               .commands = G,
+               .metavar = "FILE",
+               .help = "constrain the output to a GBNF grammar (llama.cpp's format; root is the start rule): EOS "
+                       "only where the output is complete, generation stops there",
+               .group = "Sampling"},
+              {.name = "--json-schema",
+               .commands = G,
+               .metavar = "FILE",
+               .help = "constrain the output to JSON valid against this JSON Schema (inferkit's converter: an "
+                       "unsupported keyword is an error naming it)",
+               .group = "Sampling"},
               // ---- decoding modes
               {.name = "--beams",
                .commands = G,
@@ -911,6 +923,16 @@ inline const cli::FlagTable& flag_table() {
                .flags = {"--page-size", "--kv-quant", "--kv-quant-k", "--kv-quant-v"},
                .others = {"--prompts"},
                .message = "{flag} needs --prompts (generate pages the KV cache of a prompt batch only)"},
+              // constrained decoding: the modes that sample through the chain
+              {.commands = G,
+               .kind = RuleKind::kAtMostOne,
+               .flags = {"--grammar", "--json-schema"},
+               .message = "give --grammar or --json-schema, not both"},
+              {.commands = G,
+               .kind = RuleKind::kExcludes,
+               .flags = {"--grammar", "--json-schema"},
+               .others = {"--beams", "--contrastive"},
+               .message = "{flag} constrains sampling (plain, speculative, --prompts), not {other}"},
               // plain sampling only
               {.commands = G,
                .kind = RuleKind::kExcludes,

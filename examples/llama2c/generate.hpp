@@ -29,7 +29,8 @@ struct GenerateOptions {
   const std::function<void(TokenId)>* on_token = nullptr;
 };
 
-/// Feeds BOS and the prompt, then generates `steps` tokens; returns them (prompt excluded).
+/// Feeds BOS and the prompt, then generates `steps` tokens (fewer when a grammar's EOS ends the
+/// output); returns them (prompt excluded).
 inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>& prompt, Index steps,
                                      const SamplingConfig& s, GenerateStats* stats = nullptr,
                                      const GenerateOptions& o = {}) {
@@ -53,7 +54,7 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
     chain.accept(state, next);
     out.push_back(next);
     if (o.on_token && *o.on_token) (*o.on_token)(next);
-    if (i + 1 == steps) break;
+    if (i + 1 == steps || ends_constrained(s, next)) break;
     seq.push_back(next);
     forward(m, cache, &next, 1, static_cast<std::int32_t>(seq.size() - 1), last.data(), {.hook = o.hook});
   }

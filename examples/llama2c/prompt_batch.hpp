@@ -64,7 +64,7 @@ std::vector<std::vector<TokenId>> serve_prompts_on(const Model& m, inferkit::Blo
       const TokenId next = chain.sample(logits, seq, state, rng, seq.size());
       chain.accept(state, next);
       out.push_back(next);
-      if (i + 1 == steps) break;
+      if (i + 1 == steps || ends_constrained(s, next)) break;
       seq.push_back(next);
       forward(m, cache, &next, 1, static_cast<std::int32_t>(seq.size() - 1), logits.data());
     }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct SamplingConfig {
   bool naive = false;  // baseline runs: sort-based sampling and reference attention
   inferkit::AttentionArithmetic arithmetic = inferkit::AttentionArithmetic::kExact;  // --attn-arith
   bool llama_cpp_order = false;  // llama.cpp's preset instead of inferkit's (= Hugging Face's) order
+  // --grammar / --json-schema (grammar_flags.hpp): the grammar stage runs first in the chain.
+  std::shared_ptr<const inferkit::TokenMasker> grammar;
 };
 
 /// The sort-based reference of the default chain (the naive baseline of the benchmarks).
@@ -47,12 +50,23 @@ inline TokenId naive_sample(std::span<float> logits, std::span<const TokenId> hi
 }
 
 /// The chain: the penalties see the last repeat_last_n tokens, DRY and the sequence rules the
-/// whole sequence passed to sample().
+/// whole sequence passed to sample(); with a grammar, its stage first (masks before penalties,
+/// temperature and truncation: a truncation run first could leave no allowed token).
 inline inferkit::SamplerChain make_chain(const SamplingConfig& s) {
   inferkit::SamplingParams p = s.params;
   p.penalty_last_n = std::max<Index>(s.repeat_last_n, 0);
-  return s.llama_cpp_order ? inferkit::presets::llama_cpp(p) : inferkit::presets::huggingface(p);
+  inferkit::SamplerChain preset =
+      s.llama_cpp_order ? inferkit::presets::llama_cpp(p) : inferkit::presets::huggingface(p);
+  if (!s.grammar) return preset;
+  inferkit::SamplerChain chain;
+  chain.add(inferkit::GrammarConstraint{s.grammar});
+  for (const inferkit::Processor& q : preset.processors()) chain.add(q);
+  return chain;
 }
+
+/// Whether `t` ends a constrained generation (an end-of-generation id of the grammar's
+/// vocabulary: the grammar allowed it, so the output is complete).
+inline bool ends_constrained(const SamplingConfig& s, TokenId t) { return s.grammar && s.grammar->trie().is_eos(t); }
 
 /// The last `n` tokens of a history (the window the penalties see).
 inline std::span<const TokenId> last_n(const std::vector<TokenId>& h, Index n) {

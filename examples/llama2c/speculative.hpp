@@ -4,7 +4,10 @@
 // inferkit's acceptance rule (verify_draft; verify_greedy at temperature 0) keeps exactly the
 // target's distribution. The draft is another model or the first layers of the target
 // (self-speculative). Each model keeps its own dense cache, truncated to the accepted tokens
-// after every round.
+// after every round. The sampler state (a grammar's matcher, the generated count) advances over
+// the drafts, is rolled back (SamplerChain::rollback) and advances again over the target's
+// positions, then is rolled back to the accepted drafts: each distribution is the one plain
+// sampling would use after the same tokens. A grammar's EOS ends the drafts and the output.
 //
 //   const auto out = llama2c::generate_speculative(target, nullptr, 2, prompt, 64, 4, s);
 
@@ -42,56 +45,74 @@ inline std::vector<TokenId> generate_speculative(const Model& target, const Mode
     forward(dm, dcache, seq.data(), static_cast<Index>(seq.size() - 1), 0, scratch.data(), {.layers = dl});
   }
   const auto chain = make_chain(s);
-  if (chain.stateful())  // the draft and target distributions would need per-branch states
+  if (!chain.can_rollback())  // rejected drafts are undone with SamplerChain::rollback
     throw std::invalid_argument(
-        "llama2c: speculative decoding takes stateless sampling rules only (no --mirostat, "
-        "--min-new-tokens, --exp-decay or --begin-suppress)");
+        "llama2c: speculative decoding rolls the sampler state back over rejected drafts, which --mirostat's mu "
+        "cannot be");
+  auto state = chain.make_state();  // the committed tokens' (the grammar's matcher, the generated count)
   const inferkit::CounterRng draft_rng(s.seed, 1), verify_rng(s.seed, 2);
   std::vector<TokenId> out;
   GenerateStats st;
   std::vector<float> q(static_cast<std::size_t>(k * V)), p(static_cast<std::size_t>((k + 1) * V)),
       row(static_cast<std::size_t>(V));
-  while (static_cast<Index>(out.size()) < steps) {
+  bool ended = false;  // a grammar's EOS was committed
+  while (static_cast<Index>(out.size()) < steps && !ended) {
     const auto pos = static_cast<std::int32_t>(seq.size() - 1);  // position of the last, unfed token
-    // Draft k tokens, keeping each draft distribution q_i.
+    // Draft up to k tokens, keeping each draft distribution q_i (fewer when a grammar's EOS is drafted).
     std::vector<TokenId> drafts, hist = seq;
     TokenId cur = seq.back();
-    for (Index i = 0; i < k; ++i) {
+    for (Index i = 0; i < k && !(i > 0 && ends_constrained(s, cur)); ++i) {
       forward(dm, dcache, &cur, 1, pos + static_cast<std::int32_t>(i), row.data(), {.layers = dl});
-      cur = chain.sample(row, last_n(hist, s.repeat_last_n), draft_rng, seq.size() + static_cast<std::size_t>(i),
+      cur = chain.sample(row, last_n(hist, s.repeat_last_n), state, draft_rng, seq.size() + static_cast<std::size_t>(i),
                          std::span<float>(q.data() + i * V, static_cast<std::size_t>(V)));
+      chain.accept(state, cur);
       drafts.push_back(cur);
       hist.push_back(cur);
     }
-    // The target scores the last token and the k drafts in one chunk.
+    const auto kd = static_cast<Index>(drafts.size());
+    chain.rollback(state, drafts.size());
+    // The target scores the last token and the drafts in one chunk.
     std::vector<TokenId> chunk{seq.back()};
     chunk.insert(chunk.end(), drafts.begin(), drafts.end());
-    forward(target, tcache, chunk.data(), k + 1, pos, p.data());
+    forward(target, tcache, chunk.data(), kd + 1, pos, p.data());
     ++st.target_passes;
     hist = seq;
-    for (Index i = 0; i <= k; ++i) {  // target distributions after the same processors
+    for (Index i = 0; i <= kd; ++i) {  // target distributions after the same processors and states
       std::span<float> pi(p.data() + i * V, static_cast<std::size_t>(V));
+      if (i == kd && ends_constrained(s, drafts.back())) {  // nothing follows EOS: a bonus token is never kept
+        std::fill(pi.begin(), pi.end(), 0.0f);
+        pi[static_cast<std::size_t>(drafts.back())] = 1.0f;
+        break;
+      }
       std::copy(pi.begin(), pi.end(), row.begin());
-      chain.sample(row, last_n(hist, s.repeat_last_n), verify_rng, 0, pi);
-      if (i < k) hist.push_back(drafts[static_cast<std::size_t>(i)]);
+      chain.sample(row, last_n(hist, s.repeat_last_n), state, verify_rng, 0, pi);
+      if (i < kd) {
+        chain.accept(state, drafts[static_cast<std::size_t>(i)]);
+        hist.push_back(drafts[static_cast<std::size_t>(i)]);
+      }
     }
     const auto r = s.params.temperature == 0.0f
-                       ? inferkit::verify_greedy(drafts, {p.data(), k + 1, V})
-                       : inferkit::verify_draft(drafts, {q.data(), k, V}, {p.data(), k + 1, V}, verify_rng,
+                       ? inferkit::verify_greedy(drafts, {p.data(), kd + 1, V})
+                       : inferkit::verify_draft(drafts, {q.data(), kd, V}, {p.data(), kd + 1, V}, verify_rng,
                                                 static_cast<std::uint64_t>(pos) * static_cast<std::uint64_t>(k + 1));
-    st.drafted += k;
+    st.drafted += kd;
     st.accepted += r.accepted;
+    // The state keeps the accepted drafts, then takes the target's correction (or bonus) token.
+    chain.rollback(state, static_cast<std::size_t>(kd - r.accepted));
     // Keep the caches' entries for the fed token and the accepted drafts only.
     tcache.truncate(pos + 1 + r.accepted);
-    dcache.truncate(std::min<Index>(pos + 1 + r.accepted, pos + k));
-    if (r.accepted == k) {  // the draft never fed its last token: do it now
-      const TokenId last = drafts.back();
-      forward(dm, dcache, &last, 1, pos + static_cast<std::int32_t>(k), row.data(), {.layers = dl});
-    }
-    for (TokenId t : r.tokens) {
+    dcache.truncate(std::min<Index>(pos + 1 + r.accepted, pos + kd));
+    for (std::size_t j = 0; j < r.tokens.size() && !ended; ++j) {
+      const TokenId t = r.tokens[j];
       if (static_cast<Index>(out.size()) == steps) break;
+      if (static_cast<Index>(j) >= r.accepted) chain.accept(state, t);
       out.push_back(t);
       seq.push_back(t);
+      ended = ends_constrained(s, t);
+    }
+    if (r.accepted == kd && !ended) {  // the draft never fed its last token: do it now
+      const TokenId last = drafts.back();
+      forward(dm, dcache, &last, 1, pos + static_cast<std::int32_t>(kd), row.data(), {.layers = dl});
     }
   }
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -94,6 +94,8 @@ class TextCodec {
 
   /// The GGUF vocabulary's tokenizer, or nullptr for a llama2.c tokenizer.
   const inferkit::Tokenizer* gguf_tokenizer() const { return gguf_.get(); }
+  /// llama2.c's tokenizer (--tokenizer), or nullptr for a GGUF vocabulary.
+  const Tokenizer* llama2c_tokenizer() const { return llama2c_.get(); }
 
  private:
   TextCodec() = default;

@@ -76,6 +76,8 @@ std::set<std::string> old_generate() {
                    "--expert-parallel"},
                   {kOldSteering, kOldQuant, kOldSampling, kOldMoe});
   s.erase("--steer-tokens");  // the one change: generate took it only to reject it (an eval flag)
+  s.insert("--grammar");      // added: constrained decoding (issue 30)
+  s.insert("--json-schema");
   return s;
 }
 std::set<std::string> old_eval() {

@@ -1,7 +1,8 @@
 #pragma once
 // JsonValue: a parsed JSON document (RFC 8259) for the schema converter: objects keep their keys
 // in the order written (a schema's property order is the output's), numbers keep their text.
-// Errors name the byte offset and what was expected; nesting deeper than kMaxJsonDepth is an error.
+// Errors name the byte offset (and its line and column) and what was expected; nesting deeper than
+// kMaxJsonDepth is an error.
 //
 //   const inferkit::JsonValue v = inferkit::parse_json(R"({"type": "string"})");
 //   const inferkit::JsonValue* t = v.find("type");   // t->string == "string"
@@ -124,7 +125,14 @@ class JsonParser {
  private:
   [[noreturn]] void fail(std::string_view expected) const {
     const std::string found = i_ < s_.size() ? "'" + std::string(1, s_[i_]) + "'" : "end of input";
-    throw_invalid_argument("JSON at byte " + std::to_string(i_), found, "expected " + std::string(expected));
+    std::size_t line = 1, column = 1;  // 1-based, in bytes: an editor's position of the error
+    for (std::size_t k = 0; k < i_ && k < s_.size(); ++k) {
+      column = s_[k] == '\n' ? 1 : column + 1;
+      line += s_[k] == '\n';
+    }
+    throw_invalid_argument("JSON at byte " + std::to_string(i_) + " (line " + std::to_string(line) + ", column " +
+                               std::to_string(column) + ")",
+                           found, "expected " + std::string(expected));
   }
   void space() {
     while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;

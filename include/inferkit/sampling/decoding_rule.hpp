@@ -19,6 +19,9 @@
 //   void apply(Candidates&, const StepInputs&, const State&) const   instead of the apply above;
 //   void accept(State&, const AcceptedToken&) const                  after each committed token.
 // Optional:
+//   void rollback(State&, std::size_t n) const   undoes the last n accepted tokens (speculative
+//                                                decoding; SamplerChain::rollback); a rule with a
+//                                                State and no such hook cannot be rolled back;
 //   bool needs_rng() const                       true when apply() reads step.rng (XTC's coin);
 //   static constexpr std::string_view kOnePerChain   a chain holds at most one such stage; the
 //                                                text says why (a rule with a State is always one
@@ -37,6 +40,7 @@
 // chain serves many requests from many threads. Per-request data lives in the State.
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -123,6 +127,17 @@ concept DecodingRule = DecodingRuleBase<R> &&
         r.accept(s, t);
       }) ||
      (!RuleWithState<R> && requires(const R& r, Candidates& c, const StepInputs& in) { r.apply(c, in); }));
+
+/// True when SamplerChain::rollback can undo the rule's tokens: it keeps no state of its own, or
+/// its State has the optional rollback() hook.
+template <class R>
+constexpr bool rule_can_rollback() {
+  if constexpr (RuleWithState<R>) return requires(const R& r, typename R::State& s, std::size_t n) {
+      r.rollback(s, n);
+    };
+  else
+    return true;
+}
 
 /// True when the rule reads step.rng at this setting (the optional needs_rng() hook).
 template <class R>

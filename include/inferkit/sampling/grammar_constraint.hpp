@@ -119,8 +119,13 @@ struct GrammarConstraint {
     c.for_each([&](TokenId id) {
       if (mask.test(id)) kept.push_back(id);
     });
-    require(!kept.empty(), "grammar stage candidates", 0,
-            "none of the candidates is allowed by the grammar (a stage before it removed them all)");
+    if (kept.empty()) [[unlikely]]
+      throw_invalid_argument("grammar stage candidates", 0,
+                             mask.count() == 0
+                                 ? "no token of the vocabulary continues the output (the grammar's next bytes start "
+                                   "no token: a dead end of this vocabulary)"
+                                 : "none of the candidates is allowed by the grammar (a stage before it removed "
+                                   "them all)");
     c.restrict_to(std::move(kept));
   }
   /// Advances the grammar by the committed token (std::invalid_argument naming it when the grammar

@@ -178,6 +178,47 @@ class SamplerChain {
     ++state.generated_;
   }
 
+  /// True when rollback() can undo tokens of this chain's states: every stage that keeps its own
+  /// state has a rollback() hook (the grammar stage does; Mirostat does not: its mu is not a
+  /// function of the tokens, so copy the state before drafting instead).
+  bool can_rollback() const {
+    bool ok = true;
+    for (const Processor& p : processors_)
+      std::visit([&](const auto& q) { ok = ok && rule_can_rollback<std::decay_t<decltype(q)>>(); }, p);
+    return ok;
+  }
+
+  /// Undoes the last `n` accept()s of `state` (speculative decoding rejected drafted tokens):
+  /// generated -= n, the pending draw is dropped, and every stage keeping its own state undoes
+  /// the tokens through its rollback() hook (the grammar stage rewinds its matcher). The rules
+  /// reading the history see the caller's history, which the caller truncates. The result equals
+  /// a state that accepted only the tokens kept. Throws std::invalid_argument, the state
+  /// unchanged, for n > generated(), a hook's own bound (the grammar: more than it kept since
+  /// admission), or a chain that cannot roll back (can_rollback(); the message names the stage).
+  void rollback(SamplerState& state, std::size_t n) const {
+    check_state(state);
+    if (!can_rollback()) {
+      const auto stuck = [](const auto& q) { return !rule_can_rollback<std::decay_t<decltype(q)>>(); };
+      throw_invalid_argument("rollback", "the " + stage_names(stuck) + " stage",
+                             "keeps a state without a rollback hook: copy the SamplerState before the tokens instead");
+    }
+    require(n <= static_cast<std::size_t>(state.generated_), "rollback count", n,
+            "must be at most the tokens accepted (" + std::to_string(state.generated_) + ")");
+    if (n == 0) return;
+    for (const Processor& p : processors_)  // at most one rule with a hook per state type; each checks first
+      std::visit(
+          [&](const auto& q) {
+            using R = std::decay_t<decltype(q)>;
+            if constexpr (RuleWithState<R> && rule_can_rollback<R>())
+              q.rollback(state.rule_state_mut<typename R::State>(), n);
+          },
+          p);
+    state.has_drawn_ = false;
+    state.drawn_ = -1;
+    state.drawn_surprise_ = 0.0f;
+    state.generated_ -= static_cast<Index>(n);
+  }
+
   /// Rows of a batch in parallel: row r uses CounterRng(seed, streams[r]) and histories[r]
   /// (histories may be empty: no history for any row). The result does not depend on
   /// num_threads (0 = OpenMP's default, at most kMaxThreads). Throws std::invalid_argument for a
