@@ -9,6 +9,7 @@
 // `token_ids[cu_q[s] .. cu_q[s+1])` at `positions[...]`, writes each layer's K/V rows into
 // `s.table` with `write_at(layer, s.position, k, v)`, attends the rows to `s.table->source(layer)`
 // (query i at position s.position + i, causal), and samples the rows listed in `logit_rows`.
+// A sequence with token-tree drafts (`tree` set) attends its rows as tree rows instead.
 
 #include <cstdint>
 #include <span>
@@ -17,6 +18,7 @@
 #include "inferkit/core/view.hpp"
 #include "inferkit/kv/block_table.hpp"
 #include "inferkit/sampling/logits.hpp"
+#include "inferkit/sampling/token_tree.hpp"
 #include "inferkit/serving/request.hpp"
 
 namespace inferkit {
@@ -51,6 +53,12 @@ struct ScheduledSequence {
   /// Its fed rows inside BatchPlan::token_ids; draft slots reserved for the caller hold
   /// kDraftSlot and must be overwritten before the forward runs.
   std::span<TokenId> tokens{};
+  /// Token-tree drafts (Scheduler::set_draft_tree), else null: the draft_tokens rows are this
+  /// tree's nodes in depth-first order after the last fed token (the tree's root). Row 1 + i sits
+  /// at position + depth(i) (BatchPlan::positions); write every row's K/V at write_at(layer,
+  /// position, ...) in row order and attend the rows with tree_attention(q, table->source(layer),
+  /// position, tree->parents(), out) (attention/tree_attention.hpp). Valid until complete().
+  const TokenTree* tree = nullptr;
 };
 
 /// An iteration's plan (valid until the next Scheduler::schedule()).

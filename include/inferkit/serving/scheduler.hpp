@@ -15,7 +15,10 @@
 // Each schedule() fills the token budget in this order:
 //   1. decode rows: one token for every running request that has generated and has exactly one
 //      uncached token, in admission order (never starved: the budget is >= max_sequences);
-//      then speculative draft rows from what is left (ScheduleOptions, set_draft());
+//      then speculative draft rows from what is left (ScheduleOptions, set_draft(), or a token
+//      tree of drafts, set_draft_tree(): its rows' blocks are reserved with the row, and
+//      complete() compacts the accepted path's rows, kv/tree_compaction.hpp, so the blocks of
+//      rejected rows return to the pool and the trie only ever sees accepted rows);
 //   2. partial prefills: running requests still prefilling, in admission order, each chunk
 //      min(remaining prompt, remaining budget, prefill tokens left of max_prefill_tokens,
 //      max_prefill_chunk), cut back to end at a multiple of prefill_chunk_alignment when it
@@ -62,6 +65,8 @@
 #include "inferkit/kv/block_pool.hpp"
 #include "inferkit/kv/block_table.hpp"
 #include "inferkit/kv/prefix_trie.hpp"
+#include "inferkit/kv/tree_compaction.hpp"
+#include "inferkit/sampling/token_tree.hpp"
 #include "inferkit/serving/admission_queue.hpp"
 #include "inferkit/serving/batch_plan.hpp"
 #include "inferkit/serving/request.hpp"
@@ -156,6 +161,28 @@ class Scheduler {
     for (std::size_t i = 0; i < draft.size(); ++i)
       if (draft[i] < 0) throw_invalid_argument("draft[" + std::to_string(i) + "]", draft[i], "token ids must be >= 0");
     r.draft.assign(draft.begin(), draft.end());
+    r.tree.reset();
+  }
+
+  /// Supplies a token tree of drafts (sampling/token_tree.hpp: n-gram lookup, a draft model's
+  /// tree) for the request's next decode row: the row feeds its last token (the tree's root) and
+  /// the tree's nodes as tree rows (ScheduledSequence::tree), the nodes clipped, in depth-first
+  /// order, to the budget and to depths max_new_tokens allows. complete() then takes the accepted
+  /// root path's tokens and the correction / bonus token; siblings must hold distinct tokens so
+  /// those tokens name the path. Used once; replaced by a later call (or set_draft()). Float,
+  /// Float16 and BFloat16 pools only (a quantized page never holds an unverified row).
+  /// Throws std::out_of_range for an unknown id, std::invalid_argument for siblings sharing a token.
+  void set_draft_tree(RequestId id, const TokenTree& tree) requires(!kQuantizedPool<T>) {
+    Record& r = find(id, "set_draft_tree id");
+    for (Index u = 0; u <= tree.size(); ++u)
+      for (Index a = tree.first_child(u); a >= 0; a = tree.next_sibling(a))
+        for (Index b = tree.next_sibling(a); b >= 0; b = tree.next_sibling(b))
+          if (tree.token(a) == tree.token(b))
+            throw_invalid_argument("tree.token(" + std::to_string(b) + ")", tree.token(b),
+                                   "repeats its sibling node " + std::to_string(a) +
+                                       "'s token: siblings must be distinct (the accepted tokens name the path)");
+    r.tree = tree;
+    r.draft.clear();
   }
 
   /// Plans the next iteration (see the header comment for the order and the memory rules).
@@ -186,6 +213,17 @@ class Scheduler {
       const Index room = r.params.max_new_tokens - generated(r) - 1;
       Index k = r.draft.empty() ? options.reserve_draft_tokens : static_cast<Index>(r.draft.size());
       k = std::min({k, room, budget_});
+      if (r.tree) {  // the first nodes (depth-first) within the budget and max_new_tokens
+        r.planned_tree = TokenTree();
+        std::vector<Index> kept(static_cast<std::size_t>(r.tree->size()), -1);
+        for (Index i = 0; i < r.tree->size() && r.planned_tree.size() < budget_; ++i) {
+          const Index up = r.tree->parent(i);
+          if (r.tree->depth(i) > room || (up != TokenTree::kRoot && kept[static_cast<std::size_t>(up)] < 0)) continue;
+          kept[static_cast<std::size_t>(i)] =
+              r.planned_tree.add(up == TokenTree::kRoot ? up : kept[static_cast<std::size_t>(up)], r.tree->token(i));
+        }
+        k = r.planned_tree.size();
+      }
       if (k <= 0 || !evict_for(blocks_to_add(r, k))) continue;
       grow(r, k);
       row.n += k;
@@ -301,7 +339,9 @@ class Scheduler {
     bool running = false, cancelled = false, gone = false;
     std::uint64_t arrival = 0, admitted = 0;
     std::vector<TokenId> draft;
-    Index row = -1;  // its row in this iteration's plan
+    std::optional<TokenTree> tree;  // set_draft_tree()
+    TokenTree planned_tree;         // this iteration's rows of `tree` (clipped)
+    Index row = -1;                 // its row in this iteration's plan
     Index preemptions = 0;
   };
   struct Row {
@@ -326,6 +366,23 @@ class Scheduler {
             "request " + std::to_string(s.id) + " takes 1 to " + std::to_string(1 + s.draft_tokens) + " tokens");
       if (at + c > static_cast<Index>(tokens.size()))
         throw_invalid_argument("tokens.size()", tokens.size(), "is shorter than the counts of the sampled sequences");
+      if (s.tree) {  // accepted tokens: a root path of the tree
+        Index node = TokenTree::kRoot;
+        for (Index j = 0; j + 1 < c; ++j) {
+          const TokenId t = tokens[static_cast<std::size_t>(at + j)];
+          node = tree_child(*s.tree, node, t);
+          if (node < 0)
+            throw_invalid_argument("tokens[" + std::to_string(at + j) + "]", t,
+                                   "request " + std::to_string(s.id) +
+                                       ": an accepted token must be a child, in the draft tree, of the one before");
+        }
+        const TokenId last = tokens[static_cast<std::size_t>(at + c - 1)];
+        if (last < 0)
+          throw_invalid_argument("tokens[" + std::to_string(at + c - 1) + "]", last, "token ids must be >= 0");
+        at += c;
+        ++k;
+        continue;
+      }
       for (Index j = 0; j < c; ++j) {
         const TokenId t = tokens[static_cast<std::size_t>(at + j)];
         if (t < 0) throw_invalid_argument("tokens[" + std::to_string(at + j) + "]", t, "token ids must be >= 0");
@@ -357,6 +414,7 @@ class Scheduler {
       at += c;
       r.row = -1;
       r.draft.clear();
+      r.tree.reset();
       if (r.cancelled) {
         drop(r);
         continue;
@@ -369,6 +427,8 @@ class Scheduler {
       // The fed rows without drafts, plus the accepted drafts, hold valid K/V.
       r.computed = s.position + s.num_tokens - s.draft_tokens + (c - 1);
       stats_.accepted_draft_tokens += static_cast<std::uint64_t>(c - 1);
+      if (s.tree && !keep_tree_path(r, s, got.first(static_cast<std::size_t>(c - 1))))
+        r.computed = s.position + 1;  // no block for the compaction: the accepted drafts are recomputed
       std::optional<StopMatch> stop;
       for (TokenId t : got) {
         r.tokens.push_back(t);
@@ -393,6 +453,38 @@ class Scheduler {
     validate_scheduler_config(c);
     return c;
   }
+  // The child of `node` (kRoot or a node) holding token t, -1 if none.
+  static Index tree_child(const TokenTree& tree, Index node, TokenId t) {
+    for (Index c = tree.first_child(node + 1); c >= 0; c = tree.next_sibling(c))
+      if (tree.token(c) == t) return c;
+    return -1;
+  }
+
+  // After a tree row: keeps the root's and the accepted nodes' rows at consecutive positions and
+  // returns the rejected rows' blocks to the pool. A path that is the tree's first branch is in
+  // place already (a truncation); any other is moved by compact_tree_path, which needs a block
+  // for the copy of the shared last page and returns false (table unchanged) without one: the
+  // table then keeps the root alone.
+  bool keep_tree_path(Record& r, const ScheduledSequence<T>& s, std::span<const TokenId> accepted) {
+    std::vector<Index> path;
+    Index node = TokenTree::kRoot;
+    bool in_place = true;
+    for (TokenId t : accepted) {
+      node = tree_child(*s.tree, node, t);
+      in_place = in_place && node == static_cast<Index>(path.size());
+      path.push_back(node);
+    }
+    const Index keep = s.position + 1 + static_cast<Index>(path.size());
+    if (!in_place) {
+      if constexpr (!kQuantizedPool<T>)  // set_draft_tree() takes no quantized pool
+        if (compact_tree_path(r.table, s.position, path)) return true;
+      r.table.truncate(s.position + 1);
+      return false;
+    }
+    r.table.truncate(keep);
+    return true;
+  }
+
   static Index generated(const Record& r) { return static_cast<Index>(r.tokens.size()) - r.prompt_len; }
   static Index pending(const Record& r) { return static_cast<Index>(r.tokens.size()) - r.computed; }
   static bool is_decode(const Record& r) { return r.running && generated(r) > 0 && pending(r) == 1; }
@@ -492,6 +584,7 @@ class Scheduler {
     running_.pop_back();
     release_memory(r);
     r.draft.clear();
+    r.tree.reset();
     ++r.preemptions;
     ++stats_.preemptions;
     plan_.preempted.push_back(r.id);
@@ -603,7 +696,15 @@ class Scheduler {
         p.token_ids.push_back(r.tokens[static_cast<std::size_t>(row.position + j)]);
         p.positions.push_back(row.position + j);
       }
-      for (Index j = 0; j < row.drafts; ++j) {
+      const bool tree_rows = r.tree && row.drafts > 0;
+      if (tree_rows) {  // node j at the root's position + depth
+        s.tree = &r.planned_tree;
+        for (Index j = 0; j < row.drafts; ++j) {
+          p.token_ids.push_back(r.planned_tree.token(j));
+          p.positions.push_back(row.position + fed - 1 + r.planned_tree.depth(j));
+        }
+      }
+      for (Index j = 0; j < row.drafts && !tree_rows; ++j) {
         p.token_ids.push_back(r.draft.empty() ? kDraftSlot : r.draft[static_cast<std::size_t>(j)]);
         p.positions.push_back(row.position + fed + j);
       }
