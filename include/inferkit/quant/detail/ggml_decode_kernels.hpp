@@ -82,14 +82,12 @@ inline void ggml_decode_rows256(const std::uint8_t* const* rows, Index cols, con
   const std::int8_t* q = x.q_row(0);
   const float* dx = x.d_row(0);
   const std::int16_t* s = x.s_row(0);
+  const Index nb = cols / L::kBlock;
   __m256 main[R], mins[R];
-  float mins1[R];
-  for (int r = 0; r < R; ++r) {
-    main[r] = mins[r] = _mm256_setzero_ps();
-    mins1[r] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r) main[r] = mins[r] = _mm256_setzero_ps();
   GgmlParts parts[R];
-  for (Index b = 0; b < cols / L::kBlock; ++b) {
+  float dm[R][8];  // legacy minimums, 8 blocks at a time (as the prefill tile)
+  for (Index b = 0; b < nb; ++b) {
     for (int r = 0; r < R; ++r) ggml_parts_simd<L>(rows[r] + b * L::kBytes, parts[r]);
     // Two integer accumulators per row (even and odd chunks) halve the multiply-add chain.
     __m256i acc[R][2];
@@ -103,11 +101,17 @@ inline void ggml_decode_rows256(const std::uint8_t* const* rows, Index cols, con
         acc[r][c % 2] = ggml_mac<L, kVnni>(acc[r][c % 2], u, codes, qv, sv);
       }
     }
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
       ggml_block_terms<L>(parts[r], _mm256_add_epi32(acc[r][0], acc[r][1]), dx[b], s + b * (L::kBlock / 16), main[r],
-                          mins[r], mins1[r]);
+                          mins[r]);
+      if constexpr (kGgmlLegacyMins<L>) {
+        dm[r][b % 8] = parts[r].dm;
+        if (b % 8 == 7 || b + 1 == nb)
+          ggml_legacy_mins(dm[r], x.xs_row(0) + (b - b % 8), static_cast<int>(b % 8) + 1, mins[r]);
+      }
+    }
   }
-  for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - (ggml_hsum(mins[r]) + mins1[r]);
+  for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - ggml_hsum(mins[r]);
 }
 #endif
 
@@ -186,11 +190,7 @@ inline void ggml_decode_rows512(const std::uint8_t* const* rows, Index cols, con
   const float* dx = x.d_row(0);
   const std::int16_t* s = x.s_row(0);
   __m256 main[R], mins[R];
-  float mins1[R];
-  for (int r = 0; r < R; ++r) {
-    main[r] = mins[r] = _mm256_setzero_ps();
-    mins1[r] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r) main[r] = mins[r] = _mm256_setzero_ps();
   GgmlParts parts[R];
   for (Index b = 0; b < cols / 256; ++b) {
     __m512i qv[4];
@@ -224,11 +224,11 @@ inline void ggml_decode_rows512(const std::uint8_t* const* rows, Index cols, con
         mins[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, sums)),
                                   _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_set1_epi32(1)), mins[r]);
       } else {
-        ggml_block_terms<L>(parts[r], acc8, dx[b], s + b * 16, main[r], mins[r], mins1[r]);
+        ggml_block_terms<L>(parts[r], acc8, dx[b], s + b * 16, main[r], mins[r]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - (ggml_hsum(mins[r]) + mins1[r]);
+  for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - ggml_hsum(mins[r]);
 }
 #endif
 

@@ -44,12 +44,14 @@ namespace inferkit::detail {
 /// Activation rows quantized for the int8 road (file comment).
 struct GgmlQ8Rows {
   Index rows = 0, cols = 0, block = 0;
-  AlignedBuffer<std::int8_t> q;                                                    ///< rows * cols codes
-  std::vector<float> d;                                                            ///< rows * cols / block scales dx_b
-  AlignedBuffer<std::int16_t> s;                                                   ///< rows * cols / 16 code sums S_j
+  AlignedBuffer<std::int8_t> q;   ///< rows * cols codes
+  std::vector<float> d;           ///< rows * cols / block scales dx_b
+  AlignedBuffer<std::int16_t> s;  ///< rows * cols / 16 code sums S_j
+  std::vector<float> xs;          ///< 32-weight blocks: rows * cols / 32 products dx_b (S_2b + S_2b+1)
   const std::int8_t* q_row(Index t) const { return q.data() + t * cols; }          ///< codes of row t
   const float* d_row(Index t) const { return d.data() + t * (cols / block); }      ///< scales of row t
   const std::int16_t* s_row(Index t) const { return s.data() + t * (cols / 16); }  ///< sums of row t
+  const float* xs_row(Index t) const { return xs.data() + t * (cols / block); }    ///< dx S products of row t
 };
 
 /// Quantizes the rows of x (finite, cols a multiple of `block`) into `out` (file comment).
@@ -62,6 +64,7 @@ inline void ggml_quantize_activations(MatrixView<const float> x, Index block, Qu
   out.q.resize(static_cast<std::size_t>(T * K));
   out.d.resize(static_cast<std::size_t>(T * nb));
   out.s.resize(static_cast<std::size_t>(T * (K / 16)));
+  out.xs.resize(block == 32 ? static_cast<std::size_t>(T * nb) : 0);
   parallel_items(threads, T, [&](Index t) {
     const float* xr = x.row_ptr(t);
     std::int8_t* q = out.q.data() + t * K;
@@ -76,6 +79,10 @@ inline void ggml_quantize_activations(MatrixView<const float> x, Index block, Qu
       for (int i = 0; i < 16; ++i) sum += q[j * 16 + i];
       s[j] = static_cast<std::int16_t>(sum);
     }
+    if (block == 32)
+      for (Index b = 0; b < nb; ++b)
+        out.xs[static_cast<std::size_t>(t * nb + b)] =
+            out.d[static_cast<std::size_t>(t * nb + b)] * static_cast<float>(s[2 * b] + s[2 * b + 1]);
   });
 }
 
@@ -309,17 +316,19 @@ template <class L, bool kVnni>
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sv));
 }
 
+/// Whether layout L is a 32-weight block with a minimum (Q4_1 / Q5_1, offset 0; Q4_0 / Q5_0 are
+/// re-centred instead, kGgmlRecentre): its minimum terms dm_b xs_b go through ggml_legacy_mins.
+template <class L>
+inline constexpr bool kGgmlLegacyMins = L::kBlock == 32 && L::kMins;
+
 /// Adds block b's terms for one activation row (file comment): main += dx d acc (8 lanes),
-/// mins += the offset and minimum sums (8 lanes for the K-quants; the legacy blocks' single
-/// sum goes to the scalar `mins1`).
+/// mins += the offset and minimum sums (K-quants, 8 lanes; the legacy blocks' minimums are
+/// ggml_legacy_mins').
 template <class L>
 [[gnu::always_inline]] inline void ggml_block_terms(const GgmlParts& p, __m256i acc, float dx, const std::int16_t* s,
-                                                    __m256& main, __m256& mins, float& mins1) {
+                                                    __m256& main, __m256& mins) {
   main = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dx * p.d), main);
-  if constexpr (L::kBlock == 32) {
-    if constexpr (L::kMins)  // Q4_1 / Q5_1 (offset 0); Q4_0 / Q5_0 are re-centred (kGgmlRecentre)
-      mins1 += dx * p.dm * static_cast<float>(s[0] + s[1]);
-  } else {
+  if constexpr (L::kBlock != 32) {
     const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     if constexpr (L::kOffset != 0)
       mins = _mm256_fmadd_ps(
@@ -332,6 +341,15 @@ template <class L>
   }
 }
 
+/// The legacy minimum terms of blocks b0 .. b0 + n (n <= 8), lane j += dm_{b0 + j} xs_{b0 + j}:
+/// eight blocks per multiply-add (lane j holds the blocks j mod 8, in order) instead of a scalar
+/// term per block and activation row. Callers gather each row's dm_b into 8-block groups.
+[[gnu::always_inline]] inline void ggml_legacy_mins(const float* dm, const float* xs, int n, __m256& mins) {
+  const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  mins = _mm256_fmadd_ps(_mm256_maskload_ps(dm, lanes), _mm256_maskload_ps(xs, lanes), mins);
+}
+
+/// Sum of the 8 lanes of v (a fixed order).
 inline float ggml_hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 h = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -361,13 +379,11 @@ template <class L, int C, bool kVnni>
 inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const GgmlQ8Rows& x, Index t0, float* y,
                                 Index y_stride) {
   constexpr int kChunks = L::kBlock / 32;
+  const Index nb = cols / L::kBlock;
   __m256 main[C], mins[C];
-  float mins1[C];
-  for (int t = 0; t < C; ++t) {
-    main[t] = mins[t] = _mm256_setzero_ps();
-    mins1[t] = 0.0f;
-  }
-  for (Index b = 0; b < cols / L::kBlock; ++b) {
+  for (int t = 0; t < C; ++t) main[t] = mins[t] = _mm256_setzero_ps();
+  float dm[8];  // the row's legacy minimums, 8 blocks at a time
+  for (Index b = 0; b < nb; ++b) {
     __m256i acc[C];
     for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_si256();
     for (int c = 0; c < kChunks; ++c) {
@@ -382,10 +398,15 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
     }
     const GgmlParts& p = r.parts[static_cast<std::size_t>(b)];
     for (int t = 0; t < C; ++t)
-      ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t],
-                          mins1[t]);
+      ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t]);
+    if constexpr (kGgmlLegacyMins<L>) {
+      dm[b % 8] = p.dm;
+      if (b % 8 == 7 || b + 1 == nb)
+        for (int t = 0; t < C; ++t)
+          ggml_legacy_mins(dm, x.xs_row(t0 + t) + (b - b % 8), static_cast<int>(b % 8) + 1, mins[t]);
+    }
   }
-  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - (ggml_hsum(mins[t]) + mins1[t]);
+  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - ggml_hsum(mins[t]);
 }
 
 #endif
