@@ -10,8 +10,9 @@
 // which is sum_k w_k dx q_k with exact integer sums and float rounding of the outer sums only.
 // AVX2 multiplies u (unsigned) by q with vpmaddubsw, then by the group scales with vpmaddwd;
 // the VNNI path fuses the second step (vpdpwssd), or for the one-scale legacy blocks does both
-// in vpdpbusd. Signed codes (Q8_0; Q4_0 / Q5_0 re-centred to u - o, which drops their offset
-// term) take |u| and sign(q, u) first. Codes are unpacked with AVX2
+// in vpdpbusd. Q8_0's signed codes take |u| and sign(q, u) first; the other legacy blocks'
+// offset (Q4_0 / Q5_0) and minimum (Q4_1 / Q5_1) terms are summed 8 blocks per multiply-add
+// (ggml_legacy_mins). Codes are unpacked with AVX2
 // instructions on both SIMD paths, 32 per vector (the unit every layout is organized in).
 //
 // Decode (one activation row, detail/ggml_decode_kernels.hpp) unpacks each block in registers
@@ -21,6 +22,7 @@
 // row bit for bit.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -207,22 +209,10 @@ inline __m256i ggml_chunk(const std::uint8_t* b, int c) {
   }
 }
 
-/// Q4_0 / Q5_0 on the SIMD paths: codes re-centred to u - o (signed, as Q8_0's), so the block
-/// needs no offset term (one sign step per 32 weights instead of a second sum; exact either way).
+/// Whether the SIMD paths multiply signed codes (|u| and sign(q, u)): Q8_0 only. (A +128 bias
+/// would make its codes unsigned, but vpmaddubsw's pair sums of 255 * 127 saturate on AVX2.)
 template <class L>
-inline constexpr bool kGgmlRecentre = L::kBlock == 32 && !L::kMins && L::kOffset != 0;
-/// Whether the SIMD paths multiply signed codes (|u| and sign(q, u), Q8_0 and re-centred blocks).
-template <class L>
-inline constexpr bool kGgmlSignedSimd = L::kSigned || kGgmlRecentre<L>;
-
-/// The codes the SIMD paths multiply: ggml_chunk, re-centred where kGgmlRecentre.
-template <class L>
-[[gnu::always_inline]] inline __m256i ggml_simd_codes(const std::uint8_t* b, int c) {
-  if constexpr (kGgmlRecentre<L>)
-    return _mm256_sub_epi8(ggml_chunk<L>(b, c), _mm256_set1_epi8(static_cast<char>(L::kOffset)));
-  else
-    return ggml_chunk<L>(b, c);
-}
+inline constexpr bool kGgmlSignedSimd = L::kSigned;
 
 /// Q4_K / Q5_K's eight 6-bit scales (bytes 0..7) and eight minimums (bytes 8..15) from their
 /// 12 bytes at s: ggml_k4_scale_min for all sixteen at once, by two byte shuffles (the low bits
@@ -246,7 +236,7 @@ inline void ggml_parts_simd(const std::uint8_t* b, GgmlParts& p) {
   auto* mn = reinterpret_cast<__m256i*>(p.mn);
   if constexpr (L::kBlock == 32) {
     p.d = ggml_half_f16c(b);
-    p.dm = L::kMins ? -ggml_half_f16c(b + 2) : 0.0f;
+    p.dm = L::kMins ? -ggml_half_f16c(b + 2) : p.d * static_cast<float>(L::kOffset);  // exact: o is 8 or 16
     p.sc[0] = p.sc[1] = 1;
     p.mn[0] = p.mn[1] = L::kMins ? 1 : 0;
   } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
@@ -316,14 +306,15 @@ template <class L, bool kVnni>
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sv));
 }
 
-/// Whether layout L is a 32-weight block with a minimum (Q4_1 / Q5_1, offset 0; Q4_0 / Q5_0 are
-/// re-centred instead, kGgmlRecentre): its minimum terms dm_b xs_b go through ggml_legacy_mins.
+/// Whether layout L is a 32-weight block with a minimum or an offset (Q4_1 / Q5_1: dm = -m; Q4_0
+/// / Q5_0: dm = d o, their unsigned codes u multiplied as they are): its terms dm_b xs_b go
+/// as one scalar multiply-add per block and activation row, mins1 = fma(dm_b, xs_b, mins1).
 template <class L>
-inline constexpr bool kGgmlLegacyMins = L::kBlock == 32 && L::kMins;
+inline constexpr bool kGgmlLegacyMins = L::kBlock == 32 && (L::kMins || L::kOffset != 0);
 
 /// Adds block b's terms for one activation row (file comment): main += dx d acc (8 lanes),
-/// mins += the offset and minimum sums (K-quants, 8 lanes; the legacy blocks' minimums are
-/// ggml_legacy_mins').
+/// mins += the offset and minimum sums (K-quants, 8 lanes; the legacy blocks' are the callers'
+/// scalar mins1, kGgmlLegacyMins).
 template <class L>
 [[gnu::always_inline]] inline void ggml_block_terms(const GgmlParts& p, __m256i acc, float dx, const std::int16_t* s,
                                                     __m256& main, __m256& mins) {
@@ -339,14 +330,6 @@ template <class L>
           _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.mn)), sv)),
           _mm256_set1_ps(dx * p.dm), mins);
   }
-}
-
-/// The legacy minimum terms of blocks b0 .. b0 + n (n <= 8), lane j += dm_{b0 + j} xs_{b0 + j}:
-/// eight blocks per multiply-add (lane j holds the blocks j mod 8, in order) instead of a scalar
-/// term per block and activation row. Callers gather each row's dm_b into 8-block groups.
-[[gnu::always_inline]] inline void ggml_legacy_mins(const float* dm, const float* xs, int n, __m256& mins) {
-  const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  mins = _mm256_fmadd_ps(_mm256_maskload_ps(dm, lanes), _mm256_maskload_ps(xs, lanes), mins);
 }
 
 /// Sum of the 8 lanes of v (a fixed order).
@@ -367,7 +350,7 @@ requires(!std::is_same_v<Path, ScalarPath>) inline void ggml_unpack_row(L, Path,
     ggml_parts_simd<L>(blk, parts);
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
-      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), ggml_simd_codes<L>(blk, c));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), ggml_chunk<L>(blk, c));
       if constexpr (L::kBlock != 32)
         _mm256_store_si256(reinterpret_cast<__m256i*>(r.s.data() + k / 2), ggml_chunk_scales<L>(parts, c));
     }
@@ -381,8 +364,11 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
   constexpr int kChunks = L::kBlock / 32;
   const Index nb = cols / L::kBlock;
   __m256 main[C], mins[C];
-  for (int t = 0; t < C; ++t) main[t] = mins[t] = _mm256_setzero_ps();
-  float dm[8];  // the row's legacy minimums, 8 blocks at a time
+  float mins1[C];
+  for (int t = 0; t < C; ++t) {
+    main[t] = mins[t] = _mm256_setzero_ps();
+    mins1[t] = 0.0f;
+  }
   for (Index b = 0; b < nb; ++b) {
     __m256i acc[C];
     for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_si256();
@@ -399,14 +385,10 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
     const GgmlParts& p = r.parts[static_cast<std::size_t>(b)];
     for (int t = 0; t < C; ++t)
       ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t]);
-    if constexpr (kGgmlLegacyMins<L>) {
-      dm[b % 8] = p.dm;
-      if (b % 8 == 7 || b + 1 == nb)
-        for (int t = 0; t < C; ++t)
-          ggml_legacy_mins(dm, x.xs_row(t0 + t) + (b - b % 8), static_cast<int>(b % 8) + 1, mins[t]);
-    }
+    if constexpr (kGgmlLegacyMins<L>)
+      for (int t = 0; t < C; ++t) mins1[t] = std::fma(p.dm, x.xs_row(t0 + t)[b], mins1[t]);
   }
-  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - ggml_hsum(mins[t]);
+  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - (ggml_hsum(mins[t]) + mins1[t]);
 }
 
 #endif
