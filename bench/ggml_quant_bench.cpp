@@ -1,6 +1,7 @@
 // GGUF weight types (quant/ggml_*.hpp) beside their baselines, in one binary.
 //   ggml/inferkit/matvec_<type>/<N>x<K>/threads:T   decode y = W x on T threads, counter GBps
-//       (weight bytes per second: the figure a memory-bound product is judged by)
+//       (weight bytes per second: the figure a memory-bound product is judged by); 256x4096 for
+//       the K-quants, Q8_0 and Q4_0 keeps the weights in L2 (the kernel's own speed)
 //   ggml/memread/<type>/<N>x<K>/threads:T           a SIMD float sum over the same weight bytes
 //       on the same threads: the bandwidth bound (ratio inferkit / memread = share of it)
 //   ggml/naive/matvec_f32_eigen/<N>x<K>/threads:T   Eigen f32 GEMV (rows split across threads)
@@ -179,6 +180,19 @@ const bool registered = [] {
           ->Arg(2)
           ->UseRealTime();
     }
+  }
+  // 256 x 4096: the weights stay in L2 (0.6-1.1 MB for these types), so matvec / memread there
+  // shows how far the kernel is from bandwidth-bound when memory is fast.
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const std::string name = inferkit::ggml_type_name(t);
+    benchmark::RegisterBenchmark(("ggml/memread/" + name + "/256x4096").c_str(), BM_memread, t, 256, 4096)
+        ->ArgName("threads")
+        ->Arg(1)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("ggml/inferkit/matvec_" + name + "/256x4096").c_str(), BM_matvec, t, 256, 4096)
+        ->ArgName("threads")
+        ->Arg(1)
+        ->UseRealTime();
   }
   const std::string shape = std::to_string(kPrefill) + "x4096x4096";
   benchmark::RegisterBenchmark(("ggml/naive/matmul_f32_eigen/" + shape).c_str(), BM_matmul_eigen, 4096, 4096)

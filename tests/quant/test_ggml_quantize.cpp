@@ -40,11 +40,12 @@ double rel_rms(GgmlType t, const quant_test::Mat& x, const inferkit::GgmlWeights
   return std::sqrt(num / den);
 }
 
-// The header's figures (ggml_quantize.hpp) with 10% headroom for the sample.
+// The header's figures (ggml_quantize.hpp, scale search); the check allows 3% for the sample,
+// less than the search gains on every type but Q8_0 (the start rule's figures fail it).
 const std::map<GgmlType, double> kStatedError = {
-    {GgmlType::kQ8_0, 0.006}, {GgmlType::kQ6_K, 0.02}, {GgmlType::kQ5_1, 0.04}, {GgmlType::kQ5_K, 0.04},
-    {GgmlType::kQ5_0, 0.045}, {GgmlType::kQ4_1, 0.08}, {GgmlType::kQ4_K, 0.08}, {GgmlType::kQ4_0, 0.09},
-    {GgmlType::kQ3_K, 0.16},  {GgmlType::kQ2_K, 0.34}};
+    {GgmlType::kQ8_0, 0.0054}, {GgmlType::kQ6_K, 0.0173}, {GgmlType::kQ5_1, 0.0339}, {GgmlType::kQ5_K, 0.0360},
+    {GgmlType::kQ5_0, 0.0401}, {GgmlType::kQ4_1, 0.0701}, {GgmlType::kQ4_K, 0.0715}, {GgmlType::kQ4_0, 0.0809},
+    {GgmlType::kQ3_K, 0.1435}, {GgmlType::kQ2_K, 0.270}};
 
 }  // namespace
 
@@ -54,8 +55,8 @@ TEST_CASE("ggml_quantize: error on N(0, 1) weights within the stated figures, fo
     const auto q = inferkit::ggml_quantize(t, x.view(), "w", 2);
     const double e = rel_rms(t, x, q);
     INFO(inferkit::ggml_type_name(t) << " relative RMS error " << e);
-    CHECK(e <= 1.1 * kStatedError.at(t));
-    CHECK(e > 0.2 * kStatedError.at(t));  // the figure is not stale in the other direction
+    CHECK(e <= 1.03 * kStatedError.at(t));
+    CHECK(e > 0.9 * kStatedError.at(t));  // the figure is not stale in the other direction
     // The library's dequantization of the same bytes agrees with the independent decoder.
     std::vector<float> row(4096);
     inferkit::ggml_dequantize_row(q, 3, row);

@@ -5,22 +5,31 @@
 //   const auto w = inferkit::ggml_quantize(inferkit::GgmlType::kQ4_K, floats /*rows x cols*/, "blk.0.ffn_up.weight",
 //   2); const auto t = inferkit::ggml_mix_type(inferkit::GgmlMix::kQ4_K_M, "blk.3.attn_v.weight", 22);  // Q6_K
 //
-// How scales are chosen (per block; layouts and symbols of ggml_blocks.hpp). No iterative
-// search: one pass from each group's extremes, then every code recomputed with the scales as
-// stored (binary16, 6- / 8-bit), so the error is that of the stored factors:
-//   symmetric types (Q8_0, Q4_0, Q5_0; Q6_K, Q3_K per 16): the group's value of largest |x|,
-//     v, maps to the most negative code: step = v / -2^(bits-1) (Q8_0: max|x| / 127), so the
-//     asymmetric code range -2^(b-1) .. 2^(b-1) - 1 is used on the side that needs it;
-//   affine types: Q4_1 / Q5_1 m = min x, step = (max x - m) / (2^bits - 1); the K-quants (Q4_K,
+// How scales are chosen (per block; layouts and symbols of ggml_blocks.hpp). Each group (32
+// weights; 16 for Q6_K, Q3_K, Q2_K) first gets a start from its extremes:
+//   symmetric types (Q4_0, Q5_0; Q6_K, Q3_K per 16): the group's value of largest |x|, v, maps
+//     to the most negative code: step = v / -2^(bits-1), so the asymmetric code range
+//     -2^(b-1) .. 2^(b-1) - 1 is used on the side that needs it (Q8_0: max|x| / 127, no search);
+//   affine types: Q4_1 / Q5_1 m = -min x, step = (max x + m) / (2^bits - 1); the K-quants (Q4_K,
 //     Q5_K per 32, Q2_K per 16), whose minimums are subtracted multiples of dmin >= 0:
-//     m = max(0, -min x), step = (max x + m) / (2^bits - 1); codes round((x + m) / step);
-//   K-quant super-blocks: d = max_j step_j / S (S = 63 for the 6-bit scales, 15 for Q2_K's 4
-//     bits, 127 for Q6_K's int8, 31 for Q3_K's signed 6 bits), sc_j = round(step_j / d), and
-//     likewise dmin for the minimums.
-// Relative RMS error on N(0, 1) weights, 16 x 4096 (test_ggml_quantize.cpp holds these, +10%):
-// Q8_0 0.0053, Q6_K 0.019, Q5_K 0.038, Q5_1 0.038, Q5_0 0.042, Q4_K 0.078, Q4_1 0.078, Q4_0
-// 0.086, Q3_K 0.154, Q2_K 0.328. (Q4_K equals Q4_1 here: both are one affine step per 32 from the
-// extremes; a search over steps, as llama.cpp's quantizer does, would lower the K-quants'.)
+//     m = max(0, -min x), step likewise; codes round((x + m) / step).
+// Scale search (the rule): 21 candidates divide the start's range by (levels + delta), delta =
+// -1, -0.9, .., 1 (levels = 2^bits - 1; 2^(bits-1) for the symmetric types); each candidate's codes
+// get the least-squares step (and minimum, kept >= 0 for the K-quants) that fits x with those
+// codes, and the group keeps the fit of least squared error, the start's own error included
+// (so never worse than the start; exactly representable groups stay exact).
+// K-quant super-blocks then store d = max_j step_j / S (S = 63 for the 6-bit scales, 15 for
+// Q2_K's 4 bits, 127 for Q6_K's int8, 31 for Q3_K's signed 6 bits), sc_j = round(step_j / d), and
+// likewise dmin for the minimums; every code is recomputed with the scales as stored (binary16,
+// 6- / 8-bit), so the error is that of the stored factors.
+// Relative RMS error on N(0, 1) weights, 16 x 4096 (test_ggml_quantize.cpp holds these, +3%),
+// before the search -> with it: Q8_0 0.0054, Q6_K 0.0188 -> 0.0173, Q5_1 0.038 -> 0.0339, Q5_K
+// 0.038 -> 0.0360, Q5_0 0.0427 -> 0.0401, Q4_1 0.078 -> 0.0701, Q4_K 0.078 -> 0.0715, Q4_0 0.086
+// -> 0.0809, Q3_K 0.155 -> 0.1435, Q2_K 0.328 -> 0.270. On a random F16 llama model (7.1 M
+// weights, dequantized by ggml_dequantize_row) the error is at most llama-quantize's (--pure) on
+// the same file: Q4_K 0.0712 vs 0.0713, Q5_K 0.0358 vs 0.0361, Q6_K 0.0173 vs 0.0177, Q3_K
+// 0.1436 vs 0.1508, Q2_K 0.270 vs 0.297, Q4_0 0.0809 vs 0.0859, Q4_1 0.0698 vs 0.0782, Q5_0
+// 0.0401 vs 0.0427, Q5_1 0.0337 vs 0.0378, Q8_0 0.0053 vs 0.0054.
 //
 // Mixes (a documented rule, after the shape of llama.cpp's, not its exact choices):
 //   *_K_M: `output.weight` (the classifier) -> Q6_K; `attn_v.weight` and `ffn_down.weight` ->
@@ -76,15 +85,86 @@ inline float ggml_signed_max(const float* x, int n) {
   return v;
 }
 
-/// Affine group parameters: the minimum m = max(0, -min x) and step = (max x + m) / levels.
-inline void ggml_affine(const float* x, int n, int levels, float& step, float& m) {
+/// The scale search's candidates (file comment): range / (levels + delta), delta = -1 .. 1 by 0.1.
+inline constexpr int kGgmlSearchCandidates = 21;
+inline float ggml_search_delta(int i) { return -1.0f + 0.1f * static_cast<float>(i); }
+
+/// Affine group parameters x ~ step * u - m, u in 0 .. levels (file comment's search). With
+/// `free_min` m has either sign (Q4_1 / Q5_1: m = -min x to start); otherwise m >= 0 (the
+/// K-quants subtract dmin multiples: m = max(0, -min x) to start).
+inline void ggml_affine(const float* x, int n, int levels, bool free_min, float& step, float& m) {
   float lo = x[0], hi = x[0];
   for (int i = 1; i < n; ++i) {
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
   }
-  m = std::max(0.0f, -lo);
-  step = std::max(0.0f, hi + m) / static_cast<float>(levels);
+  if (!free_min) lo = std::min(lo, 0.0f);
+  m = -lo;
+  step = std::max(0.0f, hi - lo) / static_cast<float>(levels);
+  if (!(step > 0.0f)) return;
+  double best = 0, sx = 0, sxx = 0;  // best: the start's squared error, its codes from the stored rule
+  for (int i = 0; i < n; ++i) {
+    const double r = step * static_cast<float>(ggml_code(x[i] + m, step, 0, levels)) - m - x[i];
+    best += r * r;
+    sx += x[i];
+    sxx += double(x[i]) * x[i];
+  }
+  for (int c = 0; c < kGgmlSearchCandidates; ++c) {
+    const float inv = (static_cast<float>(levels) + ggml_search_delta(c)) / (hi - lo);
+    double su = 0, suu = 0, sux = 0;
+    for (int i = 0; i < n; ++i) {
+      const double u = std::clamp(std::nearbyint((x[i] - lo) * inv), 0.0f, static_cast<float>(levels));
+      su += u;
+      suu += u * u;
+      sux += u * x[i];
+    }
+    // Least squares x ~ s u + o for these codes (o = -m <= 0 unless free_min), and its squared
+    // error sum (s u + o - x)^2 from the sums: an upper bound of the error once re-rounded.
+    const double det = n * suu - su * su;
+    if (!(det > 0)) continue;
+    double s = (n * sux - su * sx) / det, o = (sx - s * su) / n;
+    if (!free_min && o > 0) {
+      o = 0;
+      s = sux / suu;
+    }
+    if (!(s > 0)) continue;
+    const double e = std::max(0.0, s * s * suu + 2 * s * o * su + n * o * o - 2 * s * sux - 2 * o * sx + sxx);
+    if (e < best) {
+      best = e;
+      step = static_cast<float>(s);
+      m = static_cast<float>(-o);
+    }
+  }
+}
+
+/// Symmetric group step: codes round(x / step) in -half .. half - 1 (file comment's search,
+/// starting from the value of largest |x| at code -half).
+inline float ggml_symmetric_step(const float* x, int n, int half) {
+  const float v = ggml_signed_max(x, n);
+  float step = v / static_cast<float>(-half);
+  if (v == 0.0f) return step;
+  double best = 0, sxx = 0;
+  for (int i = 0; i < n; ++i) {
+    const double r = step * static_cast<float>(ggml_code(x[i], step, -half, half - 1)) - x[i];
+    best += r * r;
+    sxx += double(x[i]) * x[i];
+  }
+  for (int c = 0; c < kGgmlSearchCandidates; ++c) {
+    const float inv = -(static_cast<float>(half) + ggml_search_delta(c)) / v;
+    double sqq = 0, sqx = 0;
+    for (int i = 0; i < n; ++i) {
+      const double q = std::clamp(std::nearbyint(x[i] * inv), static_cast<float>(-half), static_cast<float>(half - 1));
+      sqq += q * q;
+      sqx += q * x[i];
+    }
+    if (!(sqq > 0)) continue;
+    const double e = std::max(0.0, sxx - sqx * sqx / sqq);  // least squares s = sqx / sqq for these codes
+    if (e < best) {
+      best = e;
+      step = static_cast<float>(sqx / sqq);
+    }
+  }
+  return step;
 }
 
 /// Legacy 32-weight blocks (file comment's rules).
@@ -101,14 +181,15 @@ inline void ggml_quantize_block32(GgmlType t, const float* x, std::uint8_t* b) {
   std::uint8_t* qh = nullptr;
   if (t == GgmlType::kQ4_0 || t == GgmlType::kQ5_0) {
     const int half_range = five ? 16 : 8;
-    const float d = ggml_put_half(b, ggml_signed_max(x, 32) / static_cast<float>(-half_range));
+    const float d = ggml_put_half(b, ggml_symmetric_step(x, 32, half_range));
     for (int i = 0; i < 32; ++i) u[i] = ggml_code(x[i], d, -half_range, half_range - 1) + half_range;
     qh = five ? b + 2 : nullptr;
     qs = five ? b + 6 : b + 2;
   } else {  // Q4_1, Q5_1
-    // m is a free binary16 here (w = d u + m), so the minimum itself, of either sign.
-    const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
-    const float d = ggml_put_half(b, (hi - lo) / (five ? 31.0f : 15.0f)), mh = ggml_put_half(b + 2, lo);
+    // m is a free binary16 here (w = d u + m), of either sign.
+    float step, m;
+    ggml_affine(x, 32, five ? 31 : 15, true, step, m);
+    const float d = ggml_put_half(b, step), mh = ggml_put_half(b + 2, -m);
     for (int i = 0; i < 32; ++i) u[i] = ggml_code(x[i] - mh, d, 0, five ? 31 : 15);
     qh = five ? b + 4 : nullptr;
     qs = five ? b + 8 : b + 4;
@@ -136,7 +217,7 @@ inline void ggml_quantize_block256(GgmlType t, const float* x, std::uint8_t* b) 
     const bool five = t == GgmlType::kQ5_K;
     const int levels = five ? 31 : 15;
     float step[8], mins[8];
-    for (int c = 0; c < 8; ++c) ggml_affine(x + 32 * c, 32, levels, step[c], mins[c]);
+    for (int c = 0; c < 8; ++c) ggml_affine(x + 32 * c, 32, levels, false, step[c], mins[c]);
     const float d = ggml_super_factor(b, step, 8, 63), dm = ggml_super_factor(b + 2, mins, 8, 63);
     int sc[8], mn[8];
     for (int c = 0; c < 8; ++c) {
@@ -161,7 +242,7 @@ inline void ggml_quantize_block256(GgmlType t, const float* x, std::uint8_t* b) 
   }
   if (t == GgmlType::kQ2_K) {
     float step[16], mins[16];
-    for (int j = 0; j < 16; ++j) ggml_affine(x + 16 * j, 16, 3, step[j], mins[j]);
+    for (int j = 0; j < 16; ++j) ggml_affine(x + 16 * j, 16, 3, false, step[j], mins[j]);
     const float d = ggml_super_factor(b + 80, step, 16, 15), dm = ggml_super_factor(b + 82, mins, 16, 15);
     for (int j = 0; j < 16; ++j) {
       const int sc = ggml_code(step[j], d, 0, 15), mn = ggml_code(mins[j], dm, 0, 15);
@@ -177,7 +258,7 @@ inline void ggml_quantize_block256(GgmlType t, const float* x, std::uint8_t* b) 
   const bool six = t == GgmlType::kQ6_K;
   const int half_range = six ? 32 : 4, limit = six ? 127 : 31;
   float step[16];
-  for (int j = 0; j < 16; ++j) step[j] = ggml_signed_max(x + 16 * j, 16) / static_cast<float>(-half_range);
+  for (int j = 0; j < 16; ++j) step[j] = ggml_symmetric_step(x + 16 * j, 16, half_range);
   const float d = ggml_super_factor(b + (six ? 208 : 108), step, 16, limit);
   int sc[16];
   for (int j = 0; j < 16; ++j) {

@@ -20,6 +20,7 @@
 // ggml_int8_kernels.hpp's chunk loop with the activation load shared by the R rows.
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -82,14 +83,15 @@ inline void ggml_decode_rows256(const std::uint8_t* const* rows, Index cols, con
   const std::int8_t* q = x.q_row(0);
   const float* dx = x.d_row(0);
   const std::int16_t* s = x.s_row(0);
+  const Index nb = cols / L::kBlock;
   __m256 main[R], mins[R];
-  float mins1[R];
+  float mins1[R];  // the legacy blocks' offset / minimum terms (as the prefill tile)
   for (int r = 0; r < R; ++r) {
     main[r] = mins[r] = _mm256_setzero_ps();
     mins1[r] = 0.0f;
   }
   GgmlParts parts[R];
-  for (Index b = 0; b < cols / L::kBlock; ++b) {
+  for (Index b = 0; b < nb; ++b) {
     for (int r = 0; r < R; ++r) ggml_parts_simd<L>(rows[r] + b * L::kBytes, parts[r]);
     // Two integer accumulators per row (even and odd chunks) halve the multiply-add chain.
     __m256i acc[R][2];
@@ -97,15 +99,17 @@ inline void ggml_decode_rows256(const std::uint8_t* const* rows, Index cols, con
     for (int c = 0; c < kChunks; ++c) {
       const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * L::kBlock + 32 * c));
       for (int r = 0; r < R; ++r) {
-        const __m256i codes = ggml_simd_codes<L>(rows[r] + b * L::kBytes, c);
+        const __m256i codes = ggml_chunk<L>(rows[r] + b * L::kBytes, c);
         const __m256i u = kGgmlSignedSimd<L> ? _mm256_abs_epi8(codes) : codes;
         const __m256i sv = L::kBlock == 32 ? codes : ggml_chunk_scales<L>(parts[r], c);
         acc[r][c % 2] = ggml_mac<L, kVnni>(acc[r][c % 2], u, codes, qv, sv);
       }
     }
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
       ggml_block_terms<L>(parts[r], _mm256_add_epi32(acc[r][0], acc[r][1]), dx[b], s + b * (L::kBlock / 16), main[r],
-                          mins[r], mins1[r]);
+                          mins[r]);
+      if constexpr (kGgmlLegacyMins<L>) mins1[r] = std::fma(parts[r].dm, x.xs_row(0)[b], mins1[r]);
+    }
   }
   for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - (ggml_hsum(mins[r]) + mins1[r]);
 }
@@ -186,11 +190,7 @@ inline void ggml_decode_rows512(const std::uint8_t* const* rows, Index cols, con
   const float* dx = x.d_row(0);
   const std::int16_t* s = x.s_row(0);
   __m256 main[R], mins[R];
-  float mins1[R];
-  for (int r = 0; r < R; ++r) {
-    main[r] = mins[r] = _mm256_setzero_ps();
-    mins1[r] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r) main[r] = mins[r] = _mm256_setzero_ps();
   GgmlParts parts[R];
   for (Index b = 0; b < cols / 256; ++b) {
     __m512i qv[4];
@@ -224,11 +224,11 @@ inline void ggml_decode_rows512(const std::uint8_t* const* rows, Index cols, con
         mins[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, sums)),
                                   _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_set1_epi32(1)), mins[r]);
       } else {
-        ggml_block_terms<L>(parts[r], acc8, dx[b], s + b * 16, main[r], mins[r], mins1[r]);
+        ggml_block_terms<L>(parts[r], acc8, dx[b], s + b * 16, main[r], mins[r]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - (ggml_hsum(mins[r]) + mins1[r]);
+  for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - ggml_hsum(mins[r]);
 }
 #endif
 

@@ -10,8 +10,9 @@
 // which is sum_k w_k dx q_k with exact integer sums and float rounding of the outer sums only.
 // AVX2 multiplies u (unsigned) by q with vpmaddubsw, then by the group scales with vpmaddwd;
 // the VNNI path fuses the second step (vpdpwssd), or for the one-scale legacy blocks does both
-// in vpdpbusd. Signed codes (Q8_0; Q4_0 / Q5_0 re-centred to u - o, which drops their offset
-// term) take |u| and sign(q, u) first. Codes are unpacked with AVX2
+// in vpdpbusd. Q8_0's signed codes take |u| and sign(q, u) first; the other legacy blocks'
+// offset (Q4_0 / Q5_0) and minimum (Q4_1 / Q5_1) terms are summed 8 blocks per multiply-add
+// (ggml_legacy_mins). Codes are unpacked with AVX2
 // instructions on both SIMD paths, 32 per vector (the unit every layout is organized in).
 //
 // Decode (one activation row, detail/ggml_decode_kernels.hpp) unpacks each block in registers
@@ -21,6 +22,7 @@
 // row bit for bit.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -44,12 +46,14 @@ namespace inferkit::detail {
 /// Activation rows quantized for the int8 road (file comment).
 struct GgmlQ8Rows {
   Index rows = 0, cols = 0, block = 0;
-  AlignedBuffer<std::int8_t> q;                                                    ///< rows * cols codes
-  std::vector<float> d;                                                            ///< rows * cols / block scales dx_b
-  AlignedBuffer<std::int16_t> s;                                                   ///< rows * cols / 16 code sums S_j
+  AlignedBuffer<std::int8_t> q;   ///< rows * cols codes
+  std::vector<float> d;           ///< rows * cols / block scales dx_b
+  AlignedBuffer<std::int16_t> s;  ///< rows * cols / 16 code sums S_j
+  std::vector<float> xs;          ///< 32-weight blocks: rows * cols / 32 products dx_b (S_2b + S_2b+1)
   const std::int8_t* q_row(Index t) const { return q.data() + t * cols; }          ///< codes of row t
   const float* d_row(Index t) const { return d.data() + t * (cols / block); }      ///< scales of row t
   const std::int16_t* s_row(Index t) const { return s.data() + t * (cols / 16); }  ///< sums of row t
+  const float* xs_row(Index t) const { return xs.data() + t * (cols / block); }    ///< dx S products of row t
 };
 
 /// Quantizes the rows of x (finite, cols a multiple of `block`) into `out` (file comment).
@@ -62,6 +66,7 @@ inline void ggml_quantize_activations(MatrixView<const float> x, Index block, Qu
   out.q.resize(static_cast<std::size_t>(T * K));
   out.d.resize(static_cast<std::size_t>(T * nb));
   out.s.resize(static_cast<std::size_t>(T * (K / 16)));
+  out.xs.resize(block == 32 ? static_cast<std::size_t>(T * nb) : 0);
   parallel_items(threads, T, [&](Index t) {
     const float* xr = x.row_ptr(t);
     std::int8_t* q = out.q.data() + t * K;
@@ -76,6 +81,10 @@ inline void ggml_quantize_activations(MatrixView<const float> x, Index block, Qu
       for (int i = 0; i < 16; ++i) sum += q[j * 16 + i];
       s[j] = static_cast<std::int16_t>(sum);
     }
+    if (block == 32)
+      for (Index b = 0; b < nb; ++b)
+        out.xs[static_cast<std::size_t>(t * nb + b)] =
+            out.d[static_cast<std::size_t>(t * nb + b)] * static_cast<float>(s[2 * b] + s[2 * b + 1]);
   });
 }
 
@@ -200,22 +209,10 @@ inline __m256i ggml_chunk(const std::uint8_t* b, int c) {
   }
 }
 
-/// Q4_0 / Q5_0 on the SIMD paths: codes re-centred to u - o (signed, as Q8_0's), so the block
-/// needs no offset term (one sign step per 32 weights instead of a second sum; exact either way).
+/// Whether the SIMD paths multiply signed codes (|u| and sign(q, u)): Q8_0 only. (A +128 bias
+/// would make its codes unsigned, but vpmaddubsw's pair sums of 255 * 127 saturate on AVX2.)
 template <class L>
-inline constexpr bool kGgmlRecentre = L::kBlock == 32 && !L::kMins && L::kOffset != 0;
-/// Whether the SIMD paths multiply signed codes (|u| and sign(q, u), Q8_0 and re-centred blocks).
-template <class L>
-inline constexpr bool kGgmlSignedSimd = L::kSigned || kGgmlRecentre<L>;
-
-/// The codes the SIMD paths multiply: ggml_chunk, re-centred where kGgmlRecentre.
-template <class L>
-[[gnu::always_inline]] inline __m256i ggml_simd_codes(const std::uint8_t* b, int c) {
-  if constexpr (kGgmlRecentre<L>)
-    return _mm256_sub_epi8(ggml_chunk<L>(b, c), _mm256_set1_epi8(static_cast<char>(L::kOffset)));
-  else
-    return ggml_chunk<L>(b, c);
-}
+inline constexpr bool kGgmlSignedSimd = L::kSigned;
 
 /// Q4_K / Q5_K's eight 6-bit scales (bytes 0..7) and eight minimums (bytes 8..15) from their
 /// 12 bytes at s: ggml_k4_scale_min for all sixteen at once, by two byte shuffles (the low bits
@@ -239,7 +236,7 @@ inline void ggml_parts_simd(const std::uint8_t* b, GgmlParts& p) {
   auto* mn = reinterpret_cast<__m256i*>(p.mn);
   if constexpr (L::kBlock == 32) {
     p.d = ggml_half_f16c(b);
-    p.dm = L::kMins ? -ggml_half_f16c(b + 2) : 0.0f;
+    p.dm = L::kMins ? -ggml_half_f16c(b + 2) : p.d * static_cast<float>(L::kOffset);  // exact: o is 8 or 16
     p.sc[0] = p.sc[1] = 1;
     p.mn[0] = p.mn[1] = L::kMins ? 1 : 0;
   } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
@@ -309,17 +306,20 @@ template <class L, bool kVnni>
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sv));
 }
 
+/// Whether layout L is a 32-weight block with a minimum or an offset (Q4_1 / Q5_1: dm = -m; Q4_0
+/// / Q5_0: dm = d o, their unsigned codes u multiplied as they are): its terms dm_b xs_b go
+/// as one scalar multiply-add per block and activation row, mins1 = fma(dm_b, xs_b, mins1).
+template <class L>
+inline constexpr bool kGgmlLegacyMins = L::kBlock == 32 && (L::kMins || L::kOffset != 0);
+
 /// Adds block b's terms for one activation row (file comment): main += dx d acc (8 lanes),
-/// mins += the offset and minimum sums (8 lanes for the K-quants; the legacy blocks' single
-/// sum goes to the scalar `mins1`).
+/// mins += the offset and minimum sums (K-quants, 8 lanes; the legacy blocks' are the callers'
+/// scalar mins1, kGgmlLegacyMins).
 template <class L>
 [[gnu::always_inline]] inline void ggml_block_terms(const GgmlParts& p, __m256i acc, float dx, const std::int16_t* s,
-                                                    __m256& main, __m256& mins, float& mins1) {
+                                                    __m256& main, __m256& mins) {
   main = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dx * p.d), main);
-  if constexpr (L::kBlock == 32) {
-    if constexpr (L::kMins)  // Q4_1 / Q5_1 (offset 0); Q4_0 / Q5_0 are re-centred (kGgmlRecentre)
-      mins1 += dx * p.dm * static_cast<float>(s[0] + s[1]);
-  } else {
+  if constexpr (L::kBlock != 32) {
     const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
     if constexpr (L::kOffset != 0)
       mins = _mm256_fmadd_ps(
@@ -332,6 +332,7 @@ template <class L>
   }
 }
 
+/// Sum of the 8 lanes of v (a fixed order).
 inline float ggml_hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 h = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -349,7 +350,7 @@ requires(!std::is_same_v<Path, ScalarPath>) inline void ggml_unpack_row(L, Path,
     ggml_parts_simd<L>(blk, parts);
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
-      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), ggml_simd_codes<L>(blk, c));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), ggml_chunk<L>(blk, c));
       if constexpr (L::kBlock != 32)
         _mm256_store_si256(reinterpret_cast<__m256i*>(r.s.data() + k / 2), ggml_chunk_scales<L>(parts, c));
     }
@@ -361,13 +362,14 @@ template <class L, int C, bool kVnni>
 inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const GgmlQ8Rows& x, Index t0, float* y,
                                 Index y_stride) {
   constexpr int kChunks = L::kBlock / 32;
+  const Index nb = cols / L::kBlock;
   __m256 main[C], mins[C];
   float mins1[C];
   for (int t = 0; t < C; ++t) {
     main[t] = mins[t] = _mm256_setzero_ps();
     mins1[t] = 0.0f;
   }
-  for (Index b = 0; b < cols / L::kBlock; ++b) {
+  for (Index b = 0; b < nb; ++b) {
     __m256i acc[C];
     for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_si256();
     for (int c = 0; c < kChunks; ++c) {
@@ -382,8 +384,9 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
     }
     const GgmlParts& p = r.parts[static_cast<std::size_t>(b)];
     for (int t = 0; t < C; ++t)
-      ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t],
-                          mins1[t]);
+      ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t]);
+    if constexpr (kGgmlLegacyMins<L>)
+      for (int t = 0; t < C; ++t) mins1[t] = std::fma(p.dm, x.xs_row(t0 + t)[b], mins1[t]);
   }
   for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - (ggml_hsum(mins[t]) + mins1[t]);
 }
