@@ -3,6 +3,7 @@
 // then plain softmax attention (causal, bottom-right aligned, optional sink logit) in double.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -139,6 +140,68 @@ TEST_CASE("mla: sink logits, split-KV and thread counts", "[attention][mla][sink
   const auto t1 = run({.num_threads = 1}), t2 = run({.num_threads = 2});
   CHECK(t1.out == t2.out);
   CHECK(t1.lse == t2.lse);
+}
+
+namespace {
+
+// Batch-invariant MLA: the prompt's rows [0, tq) attended in one call over the whole cache, and
+// again chunk by chunk as chunked prefill grows the cache (each chunk's rows appended, then its
+// queries attended, causal), with 1 and 2 threads: every output and LSE bit must agree.
+template <class T>
+void check_batch_invariant_mla(const MlaShape& s, Index tq, Index tk, std::uint32_t seed) {
+  const MlaProblem P(s, tq, tk, seed);
+  const Index H = s.num_heads, dv = s.v_head_dim, qd = s.query_dim(), R = s.kv_lora_rank, rope = s.qk_rope_dim;
+  const std::vector<float> sinks = test::random_normal(static_cast<std::size_t>(H), seed + 9, 2.0f);
+  inferkit::AttentionOptions opt{.causal = true, .batch_invariant = true};
+  opt.sink_logits = sinks;
+  const auto append = [&](inferkit::LatentCache<T>& cache, Index a, Index b) {
+    cache.append(0, {P.c.data() + a * R, b - a, R}, {P.kpe.data() + a * rope, b - a, rope});
+  };
+  inferkit::LatentCache<T> whole({.layers = 1, .kv_lora_rank = R, .rope_dim = rope});
+  append(whole, 0, tk);
+  std::vector<float> out(static_cast<std::size_t>(tq * H * dv)), lse(static_cast<std::size_t>(tq * H));
+  inferkit::mla_attention(s, P.qview(), whole.source(0), P.weights(), {out.data(), tq, H, dv}, {lse.data(), tq, H},
+                          opt);
+  for (const Index chunk : {Index{1}, Index{5}, Index{8}}) {
+    for (const int threads : {1, 2}) {
+      INFO("chunks of " << chunk << ", " << threads << " threads");
+      opt.num_threads = threads;
+      inferkit::LatentCache<T> grown({.layers = 1, .kv_lora_rank = R, .rope_dim = rope});
+      append(grown, 0, tk - tq);  // the cached context before the prompt's rows
+      bool same = true;
+      for (Index a = 0; a < tq; a += chunk) {
+        const Index b = std::min(tq, a + chunk);
+        append(grown, tk - tq + a, tk - tq + b);
+        std::vector<float> o(static_cast<std::size_t>((b - a) * H * dv)), l(static_cast<std::size_t>((b - a) * H));
+        inferkit::mla_attention(s, {P.q.data() + a * H * qd, b - a, H, qd}, grown.source(0), P.weights(),
+                                {o.data(), b - a, H, dv}, {l.data(), b - a, H}, opt);
+        same = same && std::equal(o.begin(), o.end(), out.begin() + a * H * dv) &&
+               std::equal(l.begin(), l.end(), lse.begin() + a * H);
+      }
+      CHECK(same);
+    }
+  }
+  // And the whole call is MLA: it matches the fp64 reference on the stored rows.
+  std::vector<double> ref, ref_lse;
+  mla_reference(P, stored_rows(whole.source(0), s.latent_dim()), s.default_scale(), true, sinks, ref, ref_lse);
+  const Errors e = compare(out, lse, ref, ref_lse);
+  CHECK(e.rel_rms < 2e-6);
+  CHECK(e.lse_max < 2e-5);
+}
+
+}  // namespace
+
+TEST_CASE("mla: batch-invariant rows are bitwise equal across chunkings and thread counts",
+          "[attention][mla][invariant]") {
+  SECTION("f32 latents, V2-Lite") { check_batch_invariant_mla<float>(kV2Lite, 12, 200, 301); }
+  SECTION("bf16 latents, a small shape") {
+    check_batch_invariant_mla<inferkit::BFloat16>(
+        {.num_heads = 5, .kv_lora_rank = 64, .qk_nope_dim = 24, .qk_rope_dim = 32, .v_head_dim = 20}, 17, 420, 302);
+  }
+  SECTION("int8 latents, a small shape") {
+    check_batch_invariant_mla<inferkit::LatentInt8>(
+        {.num_heads = 3, .kv_lora_rank = 96, .qk_nope_dim = 8, .qk_rope_dim = 32, .v_head_dim = 32}, 9, 333, 303);
+  }
 }
 
 TEST_CASE("mla and the latent cache reject bad arguments by name", "[attention][mla][errors]") {
