@@ -204,6 +204,125 @@ TEST_CASE("mla: batch-invariant rows are bitwise equal across chunkings and thre
   }
 }
 
+namespace {
+
+// Reduced arithmetic (AttentionArithmetic::kReduced) over LatentInt8 rows, per query row (t, h),
+// against the absorbed form in fp64 over the stored rows with the exact query, and the bounds
+// docs/design.md states ("Reduced-precision decode arithmetic"), carried through W_UV:
+//   q.k: the scaled absorbed query q~ rounded to int8 per 32-value key group, sq_g =
+//        max |q~_g| / 127: each score moves by at most eps_c = sum_g sq_g / 2 |k_{c,g}|_1, so the
+//        weights change by factors within e^{+-2 eps} and the latent context ctx_j moves by at
+//        most (e^{2 eps} - 1) sum_c p_c |k_cj - ctx_j|;
+//   p.v: w = p step rounded to 15 bits (sw = max p max step / 32767), so ctx_j moves by at most
+//        sum_c code_cj max p e^{2 eps} max step / 65534 (maxima over all keys: a superset of
+//        the 64-key tiles), code = (k_cj - zero_c) / step_c;
+//   o_h = W_UV_h ctx_h: |o' - o|_i <= sum_j |W_UV_ij| |ctx' - ctx|_j, plus float rounding.
+// Returns the worst error / bound ratio and the largest error.
+std::pair<double, double> reduced_mla_error(const MlaProblem& P, const std::vector<float>& rows,
+                                            const std::vector<float>& got) {
+  const MlaShape& s = P.s;
+  const Index H = s.num_heads, R = s.kv_lora_rank, L = s.latent_dim(), nope = s.qk_nope_dim, dv = s.v_head_dim;
+  const Index group = inferkit::kLatentInt8Group;
+  const inferkit::QuantSpec& spec = inferkit::latent_int8_spec();
+  // Each stored row's steps and zeros, from the unrounded latents as the cache quantized them.
+  std::vector<double> step(static_cast<std::size_t>(P.tk * L / group)), zero(step.size());
+  std::vector<float> raw(static_cast<std::size_t>(L));
+  double max_step = 0;
+  for (Index c = 0; c < P.tk; ++c) {
+    std::copy_n(P.c.data() + c * R, R, raw.data());
+    std::copy_n(P.kpe.data() + c * s.qk_rope_dim, s.qk_rope_dim, raw.data() + R);
+    for (Index g = 0; g < L / group; ++g) {
+      const inferkit::QuantParams qp = inferkit::choose_params(raw.data() + g * group, group, 1, spec);
+      step[c * (L / group) + g] = inferkit::to_float(qp.step);
+      zero[c * (L / group) + g] = qp.zero(spec);
+      max_step = std::max(max_step, step[c * (L / group) + g]);
+    }
+  }
+  const double scale = 1.0 / std::sqrt(double(s.query_dim()));
+  double worst = 0, max_err = 0;
+  for (Index t = 0; t < P.tq; ++t)
+    for (Index h = 0; h < H; ++h) {
+      std::vector<double> qa(static_cast<std::size_t>(L), 0.0), err(qa.size());
+      const float* qt = P.q.data() + (t * H + h) * s.query_dim();
+      for (Index r = 0; r < R; ++r)
+        for (Index i = 0; i < nope; ++i) qa[r] += double(qt[i]) * P.wuk[(h * nope + i) * R + r] * scale;
+      for (Index i = 0; i < s.qk_rope_dim; ++i) qa[R + i] = double(qt[nope + i]) * scale;
+      for (Index g0 = 0; g0 < L; g0 += group) {
+        double mx = 0;
+        for (Index i = g0; i < g0 + group; ++i) mx = std::max(mx, std::abs(qa[i]));
+        for (Index i = g0; i < g0 + group; ++i) err[i] = mx / 127 / 2 * (1 + 1e-5) + 1e-6 * std::abs(qa[i]);
+      }
+      const Index visible = P.tk - P.tq + t + 1;
+      std::vector<double> p(static_cast<std::size_t>(visible));
+      double mx = -INFINITY, eps = 0, z = 0, pmax = 0;
+      for (Index c = 0; c < visible; ++c) {
+        double a = 0, e = 0;
+        for (Index i = 0; i < L; ++i) {
+          a += qa[i] * rows[c * L + i];
+          e += err[i] * std::abs(rows[c * L + i]);
+        }
+        p[c] = a;
+        mx = std::max(mx, a);
+        eps = std::max(eps, e);
+      }
+      for (auto& x : p) z += (x = std::exp(x - mx));
+      for (auto& x : p) pmax = std::max(pmax, x /= z);
+      const double grow = std::exp(2 * eps);
+      std::vector<double> ctx(static_cast<std::size_t>(R), 0.0), dctx(ctx.size(), 0.0);
+      for (Index c = 0; c < visible; ++c)
+        for (Index j = 0; j < R; ++j) ctx[j] += p[c] * rows[c * L + j];
+      for (Index c = 0; c < visible; ++c)
+        for (Index j = 0; j < R; ++j) {
+          const Index g = c * (L / group) + j / group;
+          const double code = std::abs((rows[c * L + j] - zero[g]) / step[g]);
+          dctx[j] += (grow - 1) * p[c] * std::abs(rows[c * L + j] - ctx[j]) + code * pmax * grow * max_step / 65534;
+        }
+      for (Index i = 0; i < dv; ++i) {
+        double o = 0, bound = 0, mag = 0;
+        for (Index j = 0; j < R; ++j) {
+          const double w = P.wuv[(h * dv + i) * R + j];
+          o += w * ctx[j];
+          bound += std::abs(w) * dctx[j];
+          mag += std::abs(w * ctx[j]);
+        }
+        const double e = std::abs(got[(t * H + h) * dv + i] - o);
+        worst = std::max(worst, e / (bound + 1e-5 * (1 + mag)));
+        max_err = std::max(max_err, e);
+      }
+    }
+  return {worst, max_err};
+}
+
+}  // namespace
+
+TEST_CASE("mla: reduced arithmetic over int8 latent rows stays within the stated bounds", "[attention][mla][reduced]") {
+  const MlaShape small{.num_heads = 6, .kv_lora_rank = 96, .qk_nope_dim = 24, .qk_rope_dim = 32, .v_head_dim = 20};
+  for (const MlaShape& s : {small, kV2Lite, kV3})
+    for (const Index tq : {Index{1}, Index{3}}) {
+      const Index tk = s.num_heads == 128 ? 90 : 260;
+      INFO("H=" << s.num_heads << " rank=" << s.kv_lora_rank << " Tq=" << tq << " Tk=" << tk);
+      const MlaProblem P(s, tq, tk, static_cast<std::uint32_t>(500 + tq + s.num_heads));
+      inferkit::LatentCache<inferkit::LatentInt8> cache(
+          {.layers = 1, .kv_lora_rank = s.kv_lora_rank, .rope_dim = s.qk_rope_dim});
+      cache.append(0, {P.c.data(), tk, s.kv_lora_rank}, {P.kpe.data(), tk, s.qk_rope_dim});
+      const auto run = [&](inferkit::AttentionArithmetic a) {
+        std::vector<float> out(static_cast<std::size_t>(tq * s.num_heads * s.v_head_dim));
+        inferkit::AttentionOptions opt{.causal = true};
+        opt.arithmetic = a;
+        inferkit::mla_attention(s, P.qview(), cache.source(0), P.weights(), {out.data(), tq, s.num_heads, s.v_head_dim},
+                                opt);
+        return out;
+      };
+      const std::vector<float> reduced = run(inferkit::AttentionArithmetic::kReduced);
+      const std::vector<float> rows = stored_rows(cache.source(0), s.latent_dim());
+      const auto [ratio, max_err] = reduced_mla_error(P, rows, reduced);
+      INFO("error / bound " << ratio << ", max |error| " << max_err);
+      CHECK(ratio <= 1.0);
+      // The rounding happened (the bound is not checked against exact arithmetic by accident).
+      CHECK(test::max_abs_diff(reduced, run(inferkit::AttentionArithmetic::kExact)) > 1e-5);
+    }
+}
+
 TEST_CASE("mla and the latent cache reject bad arguments by name", "[attention][mla][errors]") {
   const MlaShape s{.num_heads = 2, .kv_lora_rank = 16, .qk_nope_dim = 8, .qk_rope_dim = 16, .v_head_dim = 8};
   MlaProblem P(s, 1, 10, 3);
