@@ -323,6 +323,46 @@ TEST_CASE("mla: reduced arithmetic over int8 latent rows stays within the stated
     }
 }
 
+TEST_CASE("mla: bf16 up-projections give the fp64 reference of the bf16-rounded weights", "[attention][mla][bf16]") {
+  const MlaShape small{.num_heads = 3, .kv_lora_rank = 40, .qk_nope_dim = 8, .qk_rope_dim = 16, .v_head_dim = 12};
+  for (const MlaShape& s : {small, kV2Lite})
+    for (const Index tq : {Index{1}, Index{4}}) {
+      INFO("H=" << s.num_heads << " rank=" << s.kv_lora_rank << " Tq=" << tq);
+      MlaProblem P(s, tq, 150, static_cast<std::uint32_t>(900 + tq + s.num_heads));
+      // The reference runs on the rounded weights: bf16 weights widen exactly, so the kernel's
+      // arithmetic is f32 over them (float rounding only).
+      const auto to_bf16 = [](std::vector<float>& w) {
+        std::vector<inferkit::BFloat16> b(w.size());
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] = inferkit::to_float(b[i] = inferkit::to_bfloat16(w[i]));
+        return b;
+      };
+      const std::vector<inferkit::BFloat16> wuk = to_bf16(P.wuk), wuv = to_bf16(P.wuv);
+      inferkit::LatentCache<float> cache({.layers = 1, .kv_lora_rank = s.kv_lora_rank, .rope_dim = s.qk_rope_dim});
+      cache.append(0, {P.c.data(), P.tk, s.kv_lora_rank}, {P.kpe.data(), P.tk, s.qk_rope_dim});
+      const inferkit::MlaWeightsBf16 w{{wuk.data(), s.num_heads, s.qk_nope_dim, s.kv_lora_rank},
+                                       {wuv.data(), s.num_heads, s.v_head_dim, s.kv_lora_rank}};
+      std::vector<float> out(static_cast<std::size_t>(tq * s.num_heads * s.v_head_dim)),
+          lse(static_cast<std::size_t>(tq * s.num_heads));
+      inferkit::mla_attention(s, P.qview(), cache.source(0), w, {out.data(), tq, s.num_heads, s.v_head_dim},
+                              {lse.data(), tq, s.num_heads}, {.causal = true});
+      std::vector<double> ref, ref_lse;
+      mla_reference(P, stored_rows(cache.source(0), s.latent_dim()), s.default_scale(), true, {}, ref, ref_lse);
+      const Errors e = compare(out, lse, ref, ref_lse);
+      CHECK(e.rel_rms < 2e-6);
+      CHECK(e.lse_max < 2e-5);
+      // The f32 weights (the same rounded values) give the same result to float rounding.
+      std::vector<float> out32(out.size());
+      inferkit::mla_attention(s, P.qview(), cache.source(0), P.weights(), {out32.data(), tq, s.num_heads, s.v_head_dim},
+                              {.causal = true});
+      CHECK(test::max_abs_diff(out, out32) < 1e-5);
+      // Shapes are checked by name as for f32 weights.
+      const inferkit::MlaWeightsBf16 bad{{wuk.data(), s.num_heads, s.qk_nope_dim + 1, s.kv_lora_rank - 1}, w.w_uv};
+      CHECK_THROWS_WITH(inferkit::mla_attention(s, P.qview(), cache.source(0), bad,
+                                                {out.data(), tq, s.num_heads, s.v_head_dim}, {.causal = true}),
+                        Catch::Contains("weights.w_uk.dim1()"));
+    }
+}
+
 TEST_CASE("mla and the latent cache reject bad arguments by name", "[attention][mla][errors]") {
   const MlaShape s{.num_heads = 2, .kv_lora_rank = 16, .qk_nope_dim = 8, .qk_rope_dim = 16, .v_head_dim = 8};
   MlaProblem P(s, 1, 10, 3);
