@@ -21,6 +21,8 @@
 //     and its attention over the latent stream alone; counter GFLOPS counts 2 x H x Tk x
 //     (576 + 512) (scores and the weighted sum of c), against fma_peak/threads (a same-run loop
 //     of independent vector FMAs, counter GFLOPS).
+//   mla_decode/inferkit_bf16w/V3/Tk/threads   the whole step with bf16 W_UK / W_UV
+//     (MlaWeightsBf16): half the step's 67 MB of f32 up-projection reads.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -99,6 +101,7 @@ struct MlaData {
   inferkit::MlaShape s;
   Index tk;
   std::vector<float> q, wuk, wuv, out;
+  std::vector<inferkit::BFloat16> wuk16, wuv16;  // the same weights in bf16
   inferkit::LatentCache<inferkit::BFloat16> cache;
   MlaData(const inferkit::MlaShape& shape, Index tokens)
       : s(shape),
@@ -116,14 +119,23 @@ struct MlaData {
           ib::normal_floats(static_cast<std::size_t>(n * s.qk_rope_dim), 1.0f, 15 + static_cast<unsigned>(t0));
       cache.append(0, {c.data(), n, s.kv_lora_rank}, {k.data(), n, s.qk_rope_dim});
     }
+    for (float w : wuk) wuk16.push_back(inferkit::to_bfloat16(w));
+    for (float w : wuv) wuv16.push_back(inferkit::to_bfloat16(w));
   }
   inferkit::MlaWeights weights() const {
     return {{wuk.data(), s.num_heads, s.qk_nope_dim, s.kv_lora_rank},
             {wuv.data(), s.num_heads, s.v_head_dim, s.kv_lora_rank}};
   }
-  void step(int threads) {
-    inferkit::mla_attention(s, {q.data(), 1, s.num_heads, s.query_dim()}, cache.source(0), weights(),
-                            {out.data(), 1, s.num_heads, s.v_head_dim}, {.num_threads = threads});
+  void step(int threads, bool bf16_weights = false) {
+    const inferkit::Tensor3View<const float> qv{q.data(), 1, s.num_heads, s.query_dim()};
+    const inferkit::Tensor3View<float> ov{out.data(), 1, s.num_heads, s.v_head_dim};
+    if (bf16_weights) {
+      const inferkit::MlaWeightsBf16 w{{wuk16.data(), s.num_heads, s.qk_nope_dim, s.kv_lora_rank},
+                                       {wuv16.data(), s.num_heads, s.v_head_dim, s.kv_lora_rank}};
+      inferkit::mla_attention(s, qv, cache.source(0), w, ov, {.num_threads = threads});
+    } else {
+      inferkit::mla_attention(s, qv, cache.source(0), weights(), ov, {.num_threads = threads});
+    }
   }
 };
 
@@ -164,11 +176,12 @@ double v3_flops(Index tk) {
   return 2.0 * double(kV3.num_heads) * double(tk) * double(kV3.latent_dim() + kV3.kv_lora_rank);
 }
 
+template <bool kBf16Weights>
 void BM_mla_decode_v3(benchmark::State& state) {
   MlaData data(kV3, state.range(0));
   const int threads = static_cast<int>(state.range(1));
   for (auto _ : state) {
-    data.step(threads);
+    data.step(threads, kBf16Weights);
     benchmark::ClobberMemory();
   }
   ib::set_gflops(state, v3_flops(data.tk));
@@ -230,7 +243,8 @@ void mla_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_mla_decode_v2lite)->Name("mla_decode/inferkit/V2Lite")->Apply(mla_args);
 BENCHMARK(BM_materialized_decode_v2lite)->Name("mla_decode/materialized/V2Lite")->Apply(mla_args);
-BENCHMARK(BM_mla_decode_v3)->Name("mla_decode/inferkit/V3")->Apply(mla_args);
+BENCHMARK(BM_mla_decode_v3<false>)->Name("mla_decode/inferkit/V3")->Apply(mla_args);
+BENCHMARK(BM_mla_decode_v3<true>)->Name("mla_decode/inferkit_bf16w/V3")->Apply(mla_args);
 BENCHMARK(BM_mla_attention_core_v3)
     ->Name("mla_decode/attention_core/V3")
     ->ArgNames({"Tk", "threads", "invariant"})

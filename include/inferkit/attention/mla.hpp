@@ -30,12 +30,15 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "inferkit/attention/attention.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/attention/options.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
+#include "inferkit/core/convert.hpp"
 #include "inferkit/core/error.hpp"
+#include "inferkit/core/half.hpp"
 #include "inferkit/core/simd.hpp"
 #include "inferkit/core/threading.hpp"
 #include "inferkit/core/view.hpp"
@@ -66,9 +69,56 @@ struct MlaWeights {
   Tensor3View<const float> w_uv;  ///< [H, v_head_dim, kv_lora_rank]
 };
 
+/// MlaWeights stored as bfloat16 (the checkpoints' own type): the absorbed decode step reads
+/// W_UK and W_UV once per step for every head (2 H qk_nope_dim kv_lora_rank values, 67 MB in
+/// f32 at DeepSeek-V3's 128 heads), so bf16 halves the step's weight bytes; the products and
+/// sums stay f32 (each weight widens exactly).
+struct MlaWeightsBf16 {
+  Tensor3View<const BFloat16> w_uk;  ///< [H, qk_nope_dim, kv_lora_rank]
+  Tensor3View<const BFloat16> w_uv;  ///< [H, v_head_dim, kv_lora_rank]
+};
+
 namespace detail {
 
-inline void validate_mla(const MlaShape& s, Index latent_heads, Index latent_dim, const MlaWeights& w,
+/// y[i] += a * x[i] for i < n, x widened from T.
+template <class T>
+inline void mla_axpy(float* y, float a, const T* x, Index n) {
+  if constexpr (std::is_same_v<T, float>) {
+    simd::axpy(y, a, x, static_cast<std::size_t>(n));
+  } else {
+    constexpr auto W = static_cast<Index>(simd::kWidth);
+    Index i = 0;
+    if constexpr (kLoadsInRegisters<T>) {
+      const simd::VecF av = simd::broadcast(a);
+      for (; i + W <= n; i += W) simd::store(y + i, simd::fma(av, load_vec(x + i), simd::load(y + i)));
+    }
+    for (; i < n; ++i) y[i] += a * to_float(x[i]);
+  }
+}
+
+/// dot(w, c) over n values, w widened from T.
+template <class T>
+inline float mla_dot(const T* w, const float* c, Index n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return simd::dot(w, c, static_cast<std::size_t>(n));
+  } else {
+    constexpr auto W = static_cast<Index>(simd::kWidth);
+    Index i = 0;
+    float tail = 0.0f;
+    simd::VecF s0 = simd::broadcast(0.0f), s1 = s0;
+    if constexpr (kLoadsInRegisters<T>) {
+      for (; i + 2 * W <= n; i += 2 * W) {
+        s0 = simd::fma(load_vec(w + i), simd::load(c + i), s0);
+        s1 = simd::fma(load_vec(w + i + W), simd::load(c + i + W), s1);
+      }
+    }
+    for (; i < n; ++i) tail += to_float(w[i]) * c[i];
+    return simd::hsum(s0 + s1) + tail;
+  }
+}
+
+template <class Weights>
+inline void validate_mla(const MlaShape& s, Index latent_heads, Index latent_dim, const Weights& w,
                          Tensor3View<const float> q, Tensor3View<float> out) {
   require(s.num_heads > 0, "shape.num_heads", s.num_heads, "must be > 0");
   require(s.kv_lora_rank > 0, "shape.kv_lora_rank", s.kv_lora_rank, "must be > 0");
@@ -78,7 +128,7 @@ inline void validate_mla(const MlaShape& s, Index latent_heads, Index latent_dim
   require(latent_heads == 1, "latent.num_kv_heads()", latent_heads, "must be 1 (one latent stream for all heads)");
   require(latent_dim == s.latent_dim(), "latent.head_dim()", latent_dim,
           "must equal kv_lora_rank + qk_rope_dim (" + std::to_string(s.latent_dim()) + ")");
-  const auto dims = [](const char* name, Tensor3View<const float> t, Index a, Index b, Index c) {
+  const auto dims = [](const char* name, const auto& t, Index a, Index b, Index c) {
     const std::string n(name);
     require(t.dim0() == a, n + ".dim0()", t.dim0(), "must equal " + std::to_string(a));
     require(t.dim1() == b, n + ".dim1()", t.dim1(), "must equal " + std::to_string(b));
@@ -99,20 +149,12 @@ inline void validate_mla(const MlaShape& s, Index latent_heads, Index latent_dim
 
 }  // namespace detail
 
-/// Absorbed MLA (file comment): q [Tq, H, qk_nope_dim + qk_rope_dim] (q_nope then the RoPE'd
-/// q_pe of each head) against every latent row of `latent`, a KvSource with one KV head of
-/// head_dim kv_lora_rank + qk_rope_dim whose keys and values are the rows [c; k_pe] (a
-/// LatentCache's source(layer), kv/latent_cache.hpp, or DenseKv(rows, rows)). Writes out
-/// [Tq, H, v_head_dim] = per head W_UV_h times the attention-weighted sum of c, and, when lse has
-/// rows, each row's natural-log LSE [Tq, H] (including sink logits, options.hpp). Options are
-/// attention()'s; scale defaults to shape.default_scale().
-/// @throws std::invalid_argument naming the parameter: shape fields, latent heads / dim, weight,
-///         q, out or lse shapes, bad options.
-/// Thread-safety: reads q, latent and the weights, writes only out and lse. Same bits for any
-/// thread count (each (row, head) projection is one thread's; attention() splits by shape).
-template <KvSource S>
-void mla_attention(const MlaShape& shape, Tensor3View<const float> q, const S& latent, const MlaWeights& weights,
-                   Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+namespace detail {
+
+/// mla_attention() for f32 or bf16 up-projections (the public overloads below).
+template <KvSource S, class Weights>
+void mla_attention_impl(const MlaShape& shape, Tensor3View<const float> q, const S& latent, const Weights& weights,
+                        Tensor3View<float> out, MatrixView<float> lse, const AttentionOptions& opt) {
   detail::validate_mla(shape, latent.num_kv_heads(), latent.head_dim(), weights, q, out);
   const Index tq = q.dim0(), H = shape.num_heads, R = shape.kv_lora_rank, L = shape.latent_dim();
   const Index nope = shape.qk_nope_dim, rope = shape.qk_rope_dim, dv = shape.v_head_dim;
@@ -129,7 +171,7 @@ void mla_attention(const MlaShape& shape, Tensor3View<const float> q, const S& l
     float* dst = qa.data() + u * L;
     std::fill(dst, dst + R, 0.0f);
     const float* qn = q.ptr(t, h);
-    for (Index i = 0; i < nope; ++i) simd::axpy(dst, qn[i], weights.w_uk.ptr(h, i), static_cast<std::size_t>(R));
+    for (Index i = 0; i < nope; ++i) mla_axpy(dst, qn[i], weights.w_uk.ptr(h, i), R);
     std::copy_n(qn + nope, rope, dst + R);
   }
   attention(Tensor3View<const float>(qa.data(), tq, H, L), latent, Tensor3View<float>(ctx.data(), tq, H, L), lse, o);
@@ -139,8 +181,27 @@ void mla_attention(const MlaShape& shape, Tensor3View<const float> q, const S& l
     const Index t = u / H, h = u % H;
     const float* c = ctx.data() + u * L;
     float* dst = out.ptr(t, h);
-    for (Index j = 0; j < dv; ++j) dst[j] = simd::dot(weights.w_uv.ptr(h, j), c, static_cast<std::size_t>(R));
+    for (Index j = 0; j < dv; ++j) dst[j] = mla_dot(weights.w_uv.ptr(h, j), c, R);
   }
+}
+
+}  // namespace detail
+
+/// Absorbed MLA (file comment): q [Tq, H, qk_nope_dim + qk_rope_dim] (q_nope then the RoPE'd
+/// q_pe of each head) against every latent row of `latent`, a KvSource with one KV head of
+/// head_dim kv_lora_rank + qk_rope_dim whose keys and values are the rows [c; k_pe] (a
+/// LatentCache's source(layer), kv/latent_cache.hpp, or DenseKv(rows, rows)). Writes out
+/// [Tq, H, v_head_dim] = per head W_UV_h times the attention-weighted sum of c, and, when lse has
+/// rows, each row's natural-log LSE [Tq, H] (including sink logits, options.hpp). Options are
+/// attention()'s; scale defaults to shape.default_scale().
+/// @throws std::invalid_argument naming the parameter: shape fields, latent heads / dim, weight,
+///         q, out or lse shapes, bad options.
+/// Thread-safety: reads q, latent and the weights, writes only out and lse. Same bits for any
+/// thread count (each (row, head) projection is one thread's; attention() splits by shape).
+template <KvSource S>
+void mla_attention(const MlaShape& shape, Tensor3View<const float> q, const S& latent, const MlaWeights& weights,
+                   Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+  detail::mla_attention_impl(shape, q, latent, weights, out, lse, opt);
 }
 
 /// mla_attention() without the LSE output: `mla_attention(shape, q, latent, weights, out,
@@ -149,6 +210,21 @@ template <KvSource S>
 void mla_attention(const MlaShape& shape, Tensor3View<const float> q, const S& latent, const MlaWeights& weights,
                    Tensor3View<float> out, const AttentionOptions& opt) {
   mla_attention(shape, q, latent, weights, out, MatrixView<float>{}, opt);
+}
+
+/// mla_attention() with bf16 up-projections (MlaWeightsBf16): the same semantics, errors and
+/// thread-safety; each weight widens exactly to f32 before its product.
+template <KvSource S>
+void mla_attention(const MlaShape& shape, Tensor3View<const float> q, const S& latent, const MlaWeightsBf16& weights,
+                   Tensor3View<float> out, MatrixView<float> lse = {}, const AttentionOptions& opt = {}) {
+  detail::mla_attention_impl(shape, q, latent, weights, out, lse, opt);
+}
+
+/// mla_attention() with bf16 up-projections and without the LSE output.
+template <KvSource S>
+void mla_attention(const MlaShape& shape, Tensor3View<const float> q, const S& latent, const MlaWeightsBf16& weights,
+                   Tensor3View<float> out, const AttentionOptions& opt) {
+  detail::mla_attention_impl(shape, q, latent, weights, out, MatrixView<float>{}, opt);
 }
 
 }  // namespace inferkit

@@ -323,7 +323,9 @@ inline float dot(const float* a, const float* b, std::size_t n) {
 inline double sum_as_double(const float* x, std::size_t n) {
   std::size_t i = 0;
   double total = 0.0;
-#if defined(__AVX512F__)
+  // INFERKIT_SIMD_XSIMD, not the -march macros alone: under INFERKIT_FORCE_SCALAR immintrin.h is
+  // not included and the scalar loop below is the whole sum, whatever -march says.
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
@@ -331,7 +333,7 @@ inline double sum_as_double(const float* x, std::size_t n) {
     a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
   }
   total = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
-#elif defined(__AVX__)
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX__)
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   for (; i + 8 <= n; i += 8) {
     a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));

@@ -46,7 +46,7 @@ inline LogitMoments dense_moments(std::span<const float> x) {
   const std::size_t n = x.size();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   double sum = 0.0;
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
     const __m512 vneg = _mm512_set1_ps(kNegInf);
     __m512d s0 = _mm512_setzero_pd(), s1 = s0;

@@ -129,7 +129,7 @@ struct TokenSet {
   /// Keeps the members with lo <= l <= hi, in place and in order.
   void keep_range(float lo, float hi) {
     std::size_t k = 0, j = 0;
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
     if constexpr (simd::kWidth == 16) {
       // Compress in registers, store a full vector at k: k <= j, so only lanes already loaded
       // are overwritten.
@@ -181,7 +181,7 @@ inline void gather_range(std::span<const float> x, float lo, float hi, TokenSet&
   const std::size_t n = x.size();
   s.reserve(s.n + n);
   std::size_t i = 0;
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
     const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
     __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -228,7 +228,7 @@ inline DenseSweep sweep_dense(std::span<const float> x, float max, float t_hi, f
   DenseSweep r;
   mid.reserve(n);
   mid.n = 0;
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
     __m512d z0 = _mm512_setzero_pd(), z1 = z0, h0 = z0, h1 = z0;
     const __m512 vmax = _mm512_set1_ps(max), vhi = _mm512_set1_ps(t_hi), vlo = _mm512_set1_ps(t_lo);
@@ -351,7 +351,7 @@ struct PivotMasses {
 inline PivotMasses pivot_masses(const TokenSet& s, const float (&pivot)[kPivots]) {
   PivotMasses pm;
   std::size_t j = 0;
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
     __m512d a0[kPivots], a1[kPivots];
     __m512 pv[kPivots];

@@ -18,7 +18,7 @@
 
 namespace inferkit::detail {
 
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
 /// Lanes of v with lo <= v <= hi (NaN-free input); `bounded` false means hi is +inf (one compare).
 inline __mmask16 in_range_mask(__m512 v, __m512 lo, __m512 hi, bool bounded = true) {
   const __mmask16 ge = _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ);
@@ -62,7 +62,7 @@ inline bool
 collect_ids_up_to(std::span<const float> x, float lo, float hi, std::vector<TokenId>& out, std::size_t limit) {
   const std::size_t n = x.size();
   std::size_t i = 0;
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
     // Passing ids are compressed in a register and stored as a whole vector into a small stack
     // buffer (appended per chunk; the lanes past the count are overwritten by the next store).

@@ -54,7 +54,7 @@ CandidateMass candidate_mass_impl(const Candidates& c, float max) {
     return m;
   }
   const std::size_t n = x.size();
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
     // Weights stay in registers: each vector widens to two double vectors for the sums; the
     // entropy term is a masked double FMA (filtered lanes would give 0 * -inf).
@@ -123,7 +123,7 @@ inline constexpr double kFloatBlockMassRelativeError = 3.1e-7;
 /// True when float_block_mass runs its fast pass for these candidates (a dense row with
 /// AVX-512); otherwise it is the exact pass.
 inline bool has_float_block_mass(const Candidates& c) {
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) return c.dense();
 #endif
   (void)c;
@@ -136,7 +136,7 @@ inline bool has_float_block_mass(const Candidates& c) {
 /// of the exact pass's when has_float_block_mass(c), equal to them otherwise; the count is exact.
 template <bool kWithEntropy>
 CandidateMass float_block_mass(const Candidates& c, float max) {
-#if defined(__AVX512F__)
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
   if constexpr (simd::kWidth == 16) {
     if (c.dense()) {
       CandidateMass m;
