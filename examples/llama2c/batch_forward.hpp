@@ -15,6 +15,12 @@
 // a 1-row product takes Eigen's GEMV, another order again). fixed_order_gemm computes every
 // output element as one FMA chain over k = 0 .. K-1 from zero, whatever the row count, the
 // row's place in its register tile or the thread that runs it.
+//
+// A ggml-backed model (a GGUF in F16, BF16 or a block type: Model::from_gguf) runs every
+// projection and the classifier as ggml_matmul over the iteration's rows, straight from the
+// file's blocks; that product computes each output the same way whatever the row count or the
+// thread count (ggml_matvec.hpp), so it is batch-invariant in both modes and needs no
+// transposed copy.
 
 #include <algorithm>
 #include <cstdint>
@@ -147,9 +153,9 @@ struct BatchForwardOptions {
   int num_threads = 0;         ///< threads for attention and the fixed-order matmuls (0 = OpenMP's default)
 };
 
-/// Runs serving plans through a model (float weights; a model with a ProjectionHook is
-/// rejected). Holds the scratch of the last iteration and, in deterministic mode, the
-/// transposed weights. Not thread-safe; the model must outlive it.
+/// Runs serving plans through a model (float or ggml-backed weights; a model with a
+/// ProjectionHook is rejected). Holds the scratch of the last iteration and, in deterministic
+/// mode with float weights, the transposed weights. Not thread-safe; the model must outlive it.
 class BatchForward {
  public:
   /// Throws std::invalid_argument for a model with installed projections (quantized weights).
@@ -158,7 +164,7 @@ class BatchForward {
     if (m.projections())
       throw std::invalid_argument(
           "llama2c: the batched forward runs float weights (no --weights / quantized projections)");
-    if (o.deterministic) {
+    if (o.deterministic && !m.ggml_backed()) {
       const Config& c = m.config();
       for (int l = 0; l < c.n_layers; ++l)
         for (Proj p : {Proj::kQ, Proj::kK, Proj::kV, Proj::kO, Proj::kW1, Proj::kW2, Proj::kW3})
@@ -193,7 +199,7 @@ class BatchForward {
     h3_.resize(n, Hd);
     pos_.resize(static_cast<std::size_t>(n));
     for (Index t = 0; t < n; ++t) {
-      x_.row(t) = Eigen::Map<const Eigen::RowVectorXf>(m_->embedding(plan.token_ids[static_cast<std::size_t>(t)]), D);
+      m_->embed(plan.token_ids[static_cast<std::size_t>(t)], x_.row(t).data());
       pos_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(plan.positions[static_cast<std::size_t>(t)]);
     }
     const inferkit::RopeOptions rope = c.rope();
@@ -238,7 +244,9 @@ class BatchForward {
     for (Index i = 0; i < rows; ++i)
       rmsnorm(xl_.row(i).data(), x_.row(plan.logit_rows[static_cast<std::size_t>(i)]).data(), m_->rms_final(), D, eps);
     Eigen::Map<RowMatrix> out(logits, rows, c.vocab_size);
-    if (o_.deterministic)
+    if (m_->ggml_backed())
+      ggml_product(m_->ggml_weights(Proj::kClassifier, 0), xl_.data(), rows, D, logits, c.vocab_size);
+    else if (o_.deterministic)
       fixed_order_gemm(xl_.data(), rows, D, wt_.back(), logits, c.vocab_size, o_.num_threads);
     else {
       eigen_threads_for(2.0 * double(rows) * double(c.vocab_size) * double(D));
@@ -247,9 +255,19 @@ class BatchForward {
   }
 
  private:
+  // y [rows x w.rows()] = x [rows x w.cols()] W^T from the file's blocks (row-major, dense).
+  void ggml_product(const inferkit::GgmlWeights& w, const float* x, Index rows, Index ldx, float* y, Index ldy) const {
+    const double flops = 2.0 * double(rows) * double(w.rows()) * double(w.cols());
+    inferkit::ggml_matmul(w, inferkit::MatrixView<const float>(x, rows, w.cols(), ldx),
+                          inferkit::MatrixView<float>(y, rows, w.rows(), ldy),
+                          flops < kParallelMinFlops ? 1 : o_.num_threads);
+  }
+
   // y = x W^T for projection p of layer l.
   void matmul(Proj p, int l, const RowMatrix& x, RowMatrix& y) {
-    if (o_.deterministic) {
+    if (m_->ggml_backed()) {
+      ggml_product(m_->ggml_weights(p, l), x.data(), x.rows(), x.cols(), y.data(), y.cols());
+    } else if (o_.deterministic) {
       const TransposedMatrix& w = wt_[static_cast<std::size_t>(l * 7 + static_cast<int>(p))];
       fixed_order_gemm(x.data(), x.rows(), x.cols(), w, y.data(), y.cols(), o_.num_threads);
     } else {

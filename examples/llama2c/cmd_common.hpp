@@ -113,9 +113,10 @@ inline std::size_t apply_quant_flags(const cli::Flags& a, Model& m) {
     const bool float_weights = !a.has("--weights") || a.text("--weights") == "f32";
     for (const char* f : {"--weights", "--act-int8", "--outlier-threshold", "--smooth", "--calib-ids"})
       if (a.has(f) && (std::string_view(f) != "--weights" || !float_weights))
-        throw std::invalid_argument(
-            std::string(f) + " needs float weights, but tensor '" + m.ggml_weights(Proj::kQ, 0).name() + "' is " +
-            inferkit::ggml_type_name(m.ggml_weights(Proj::kQ, 0).type()) + " (a quantized GGUF runs its own blocks)");
+        throw std::invalid_argument(std::string(f) + " needs float weights, but tensor '" +
+                                    m.ggml_weights(Proj::kQ, 0).name() + "' is " +
+                                    inferkit::ggml_type_name(m.ggml_weights(Proj::kQ, 0).type()) +
+                                    " (a GGUF whose matrices are not F32 runs them in the file's type)");
     return 0;
   }
   QuantOptions q;

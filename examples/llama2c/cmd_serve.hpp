@@ -26,10 +26,11 @@ namespace llama2c {
 inline std::vector<TraceRequest> serve_requests(const cli::Flags& a, const Model& model) {
   const int vocab = model.config().vocab_size;
   if (a.has("--trace")) {
-    const auto tok = tokenizer_flag(a, vocab);
+    // --tokenizer, else the GGUF model's own vocabulary; BOS as the model's tokenizer adds it
+    const auto text = TextCodec::open(a.text("--model"), a.has("--tokenizer") ? a.text("--tokenizer") : "", vocab);
     std::ifstream f(a.text("--trace"));
     if (!f) throw std::invalid_argument("cannot open --trace file '" + a.text("--trace") + "'");
-    return parse_trace(f, {.vocab_size = vocab, .tokenizer = tok ? &*tok : nullptr});
+    return parse_trace(f, {.vocab_size = vocab, .text = text ? &*text : nullptr, .bos = model.config().bos});
   }
   ServingWorkloadConfig w;
   std::tie(w.prompt_min, w.prompt_max) = int_range(a, "--prompt-len");
@@ -63,12 +64,7 @@ inline std::vector<TraceRequest> serve_requests(const cli::Flags& a, const Model
 
 /// The serve subcommand (see flag_table()).
 inline int cmd_serve(const cli::Flags& a) {
-  const auto model = Model::load(a.text("--model"));
-  if (model.ggml_backed())  // batch_forward.hpp's fixed-order (--deterministic) matmuls read float matrices
-    throw std::invalid_argument(std::string("serve") + (a.has("--deterministic") ? " --deterministic" : "") +
-                                " needs float weights, but tensor '" + model.ggml_weights(Proj::kQ, 0).name() +
-                                "' is " + inferkit::ggml_type_name(model.ggml_weights(Proj::kQ, 0).type()) +
-                                " (quantized GGUF models run in generate, eval and bench)");
+  const auto model = Model::load(a.text("--model"));  // GGUF in any type: batch_forward.hpp runs its blocks
   const auto trace = serve_requests(a, model);
   ServeOptions o;
   o.scheduler.max_batched_tokens = a.integer("--max-batched-tokens");

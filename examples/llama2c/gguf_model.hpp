@@ -20,9 +20,15 @@
 // Shapes in GGUF list the fastest-varying dimension first: a projection W [out x in] of
 // y = W x is stored with dims {in, out}, the row-major layout the runner keeps.
 //
-// Weights: F32 is copied, F16 and BF16 are widened to float (exactly: every 16-bit value is a
-// float); any other type is refused naming the tensor and its type. Every key's and tensor's
-// shape is checked against the header before anything is allocated.
+// Weights: from_gguf(shared_ptr) (what load_any() calls) keeps every matrix in the file's type
+// when any matrix is not F32: F16, BF16 and the block types run zero-copy from the mapping as
+// GgmlWeights views (ggml_matvec / ggml_matmul widen F16 / BF16 in registers), so the resident
+// memory is about the file's size (a 1.03B-parameter F16 file: 2.0 GB mapped, not 5.9 GB of
+// widened floats). An all-F32 file, and from_gguf(const GgufFile&), copy into float matrices
+// (F16 / BF16 widened exactly: every 16-bit value is a float), which the float-only features
+// (--weights int8 / int4, SmoothQuant) need; any other type is refused there naming the tensor
+// and its type. Every key's and tensor's shape is checked against the header before anything is
+// allocated.
 //
 // save_gguf() writes a model back (the runner's `convert`, `make-random --out x.gguf`).
 
@@ -148,6 +154,8 @@ inline Config gguf_config(const inferkit::GgufFile& f) {
   c.vocab_size = static_cast<int>(vocab);
   c.shared_classifier = !f.find_tensor("output.weight").has_value();
   if (const auto rf = f.find_tensor("rope_freqs.weight")) {
+    detail::gguf_shaped_tensor(f, "rope_freqs.weight", static_cast<std::uint64_t>(c.head_size() / 2),
+                               1);  // then allocate
     c.rope_freq_factors.resize(static_cast<std::size_t>(c.head_size() / 2));
     detail::gguf_copy_tensor(f, "rope_freqs.weight", c.rope_freq_factors.size(), 1, c.rope_freq_factors.data());
   }
@@ -162,8 +170,63 @@ inline Config gguf_config(const inferkit::GgufFile& f) {
   return c;
 }
 
+namespace detail {
+
+/// Checks that `f` holds every tensor `c` needs, with the shape it needs, before anything is
+/// allocated: the model's buffers are then bounded by the file's size, whatever its header says.
+/// Throws std::invalid_argument naming block_count, or the first missing or misshapen tensor.
+inline void gguf_check_tensors(const inferkit::GgufFile& f, const Config& c) {
+  const std::uint64_t d = c.dim, h = c.hidden_dim, qd = c.q_dim(), kv = c.kv_dim(), hs = c.head_size();
+  const std::uint64_t per_layer = 9 + (c.qkv_bias() ? 3 : 0) + (c.qk_norm() ? 2 : 0);
+  if (per_layer * static_cast<std::uint64_t>(c.n_layers) > f.tensors().size())
+    throw std::invalid_argument("llama2c: GGUF '" + f.name() + "': " + arch_name(c.arch) +
+                                ".block_count = " + std::to_string(c.n_layers) + " needs " + std::to_string(per_layer) +
+                                " tensors a layer, but the file has " + std::to_string(f.tensors().size()) +
+                                " tensors");
+  const auto need = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows) {
+    gguf_shaped_tensor(f, name, cols, rows);
+  };
+  need("token_embd.weight", d, static_cast<std::uint64_t>(c.vocab_size));
+  need("output_norm.weight", d, 1);
+  if (!c.shared_classifier) need("output.weight", d, static_cast<std::uint64_t>(c.vocab_size));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    need(b + "attn_norm.weight", d, 1);
+    need(b + "ffn_norm.weight", d, 1);
+    need(b + "attn_q.weight", d, qd);
+    need(b + "attn_k.weight", d, kv);
+    need(b + "attn_v.weight", d, kv);
+    need(b + "attn_output.weight", qd, d);
+    need(b + "ffn_gate.weight", d, h);
+    need(b + "ffn_down.weight", h, d);
+    need(b + "ffn_up.weight", d, h);
+    if (c.qkv_bias()) {
+      need(b + "attn_q.bias", qd, 1);
+      need(b + "attn_k.bias", kv, 1);
+      need(b + "attn_v.bias", kv, 1);
+    }
+    if (c.qk_norm()) {
+      need(b + "attn_q_norm.weight", hs, 1);
+      need(b + "attn_k_norm.weight", hs, 1);
+    }
+  }
+}
+
+}  // namespace detail
+
 inline Model Model::from_gguf(const inferkit::GgufFile& f) {
   Config c = gguf_config(f);
+  validate(c, "GGUF '" + f.name() + "'");
+  detail::gguf_check_tensors(f, c);
+  // The float copy: at most twice the file (F16 / BF16 widened) plus llama2.c's RoPE tables
+  // (context_length x head size floats), which only a corrupt context_length makes large.
+  const double need = weight_floats_approx(c) * sizeof(float), file = double(f.file().size());
+  if (need > 2.0 * file + double(64 << 20))
+    throw std::invalid_argument("llama2c: GGUF '" + f.name() + "': " + arch_name(c.arch) +
+                                ".context_length = " + std::to_string(c.seq_len) +
+                                " is invalid for a float model: its weights and RoPE "
+                                "tables need " +
+                                bytes_text(need) + ", more than twice the file's " + bytes_text(file) + " + 64 MiB");
   Model m = Model::zeros(c);  // validates the shape and bounds its size by the machine's memory
   const std::uint64_t d = c.dim, h = c.hidden_dim, qd = c.q_dim(), kv = c.kv_dim(), hs = c.head_size();
   const auto copy = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, float* dst) {
@@ -210,15 +273,14 @@ inline std::array<std::string, 7> gguf_projection_names(int l) {
 
 inline Model Model::from_gguf(std::shared_ptr<const inferkit::GgufFile> file) {
   const inferkit::GgufFile& f = *file;
-  bool quantized = false;
+  bool file_typed = false;  // a matrix that is not F32: every matrix stays in the file's type
   for (const auto& t : f.tensors())
-    if (t.dims[1] > 1 && t.type != inferkit::GgmlType::kF32 && t.type != inferkit::GgmlType::kF16 &&
-        t.type != inferkit::GgmlType::kBF16)
-      quantized = true;
-  if (!quantized) return from_gguf(f);
+    if (t.dims[1] > 1 && t.type != inferkit::GgmlType::kF32) file_typed = true;
+  if (!file_typed) return from_gguf(f);
   Config c = gguf_config(f);
-  validate(c, "model");
-  Model m(c, false);  // norms only: the matrices stay in the mapped file
+  validate(c, "GGUF '" + f.name() + "'");
+  detail::gguf_check_tensors(f, c);  // before the norms are allocated
+  Model m(c, false);                 // norms only: the matrices stay in the mapped file
   m.map();
   const std::uint64_t d = c.dim, h = c.hidden_dim, qd = c.q_dim(), kv = c.kv_dim(), hs = c.head_size();
   const auto V = static_cast<std::uint64_t>(c.vocab_size);

@@ -106,7 +106,7 @@ class ProjectionHook {
 };
 
 /// The weights, owned in one float buffer; matrices are Eigen maps into it. A GGUF model whose
-/// projections are quantized (Q8_0, Q4_K, ...) is ggml-backed instead: every projection, the
+/// matrices are not all F32 (F16, BF16, Q8_0, Q4_K, ...) is ggml-backed instead: every projection, the
 /// classifier and the token embedding are GgmlWeights views into the mapped file (kept alive by
 /// the model), run by ggml_matvec / ggml_matmul; the float buffer then holds the norms only.
 class Model {
@@ -131,8 +131,8 @@ class Model {
   /// The model a GGUF file describes (architectures llama, qwen2, qwen3; gguf_model.hpp), with
   /// float weights (F32 / F16 / BF16 tensors; quantized ones are refused by name).
   static Model from_gguf(const inferkit::GgufFile& file);
-  /// The same, but a file with a quantized projection gives a ggml-backed model (zero-copy views
-  /// into `file`, which the model keeps alive).
+  /// The same, but a file with a matrix that is not F32 (F16, BF16 or a block type) gives a
+  /// ggml-backed model (zero-copy views into `file`, which the model keeps alive).
   static Model from_gguf(std::shared_ptr<const inferkit::GgufFile> file);
 
   /// A model of shape `c` whose weights are all zero, to be filled through the mutable views
@@ -475,7 +475,7 @@ class Model {
       throw std::invalid_argument(std::string("llama2c: the model's weights are ") +
                                   inferkit::ggml_type_name(ggml_weights(Proj::kQ, 0).type()) +
                                   " GGUF tensors (ggml-backed): the float matrix " + what +
-                                  " is not held; this needs a float (F32 / F16 / BF16) model");
+                                  " is not held; this needs a float model (an F32 GGUF or a llama2.c checkpoint)");
   }
   // The architecture's extra vectors (extra_): Q/K/V biases, then the per-head Q/K norm weights.
   static std::size_t extra_floats(const Config& c) {

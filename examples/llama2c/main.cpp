@@ -73,6 +73,8 @@ struct MpiSession {
 int main(int argc, char** argv) {
 #ifdef INFERKIT_LLAMA2C_MPI
   MpiSession mpi(argc, argv);
+#else
+  llama2c::use_passive_omp_wait(argv);  // threads.hpp: idle threads sleep (not under MPI: no re-exec there)
 #endif
   const llama2c::cli::FlagTable& table = llama2c::flag_table();
   try {

@@ -44,6 +44,13 @@ class TextCodec {
     return c;
   }
 
+  /// The codec of a llama2.c tokenizer already loaded.
+  static TextCodec of(Tokenizer tokenizer) {
+    TextCodec c;
+    c.llama2c_ = std::make_shared<Tokenizer>(std::move(tokenizer));
+    return c;
+  }
+
   /// Whether `path` starts with the GGUF magic.
   static bool is_gguf(const std::string& path) {
     std::ifstream f(path, std::ios::binary);

@@ -7,7 +7,9 @@
 // Fields (every one optional but max_new_tokens and one of prompt_ids / prompt):
 //   arrival_ms        number >= 0: when the request arrives, ms after the start (default 0)
 //   prompt_ids        array of token ids (at least one; used as given, so a BOS must be listed)
-//   prompt            text; needs a tokenizer; BOS (1) is put first, as `generate` does
+//   prompt            text; needs a tokenizer (--tokenizer, or the GGUF model's vocabulary); the
+//                     model's BOS is put first as `generate` does (TraceOptions::bos: llama2.c's
+//                     1, a GGUF vocabulary's bos_token_id, none when it says add_bos = false)
 //   max_new_tokens    integer >= 1
 //   temperature       number >= 0 (default 1; 0 = greedy)
 //   top_k             integer >= 0 (default 0 = off)
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "sampling_config.hpp"
+#include "text.hpp"
 #include "tokenizer.hpp"
 
 namespace llama2c {
@@ -52,8 +55,9 @@ struct TraceRequest {
 
 /// What the trace parser checks against.
 struct TraceOptions {
-  int vocab_size = 0;                    ///< > 0: token ids must be below it
-  const Tokenizer* tokenizer = nullptr;  ///< encodes `prompt` text (a text prompt without one is an error)
+  int vocab_size = 0;               ///< > 0: token ids must be below it
+  const TextCodec* text = nullptr;  ///< encodes `prompt` text (a text prompt without one is an error)
+  TokenId bos = kBos;               ///< put before a text prompt's ids (Config::bos); -1: none
   std::size_t max_prompt_tokens = std::size_t{1} << 20;  ///< longest prompt accepted
 };
 
@@ -345,10 +349,13 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
   if (!have_ids && !have_text) p.fail("prompt_ids", "missing: give prompt_ids or prompt");
   if (!have_max) p.fail("max_new_tokens", "missing (required)");
   if (have_text) {
-    if (!opt.tokenizer) p.fail("prompt", "a text prompt needs --tokenizer (or give prompt_ids)");
-    r.prompt = {kBos};
-    const auto ids = opt.tokenizer->encode(prompt_text);
+    if (!opt.text)
+      p.fail("prompt", "a text prompt needs --tokenizer or a GGUF model with a vocabulary (or give prompt_ids)");
+    r.prompt.clear();
+    if (opt.bos >= 0) r.prompt.push_back(opt.bos);
+    const auto ids = opt.text->encode(prompt_text);
     r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
+    if (r.prompt.empty()) p.fail("prompt", "encodes to no token (and the model adds no BOS)");
     if (r.prompt.size() > opt.max_prompt_tokens)
       p.fail("prompt", "encodes to more than " + std::to_string(opt.max_prompt_tokens) + " tokens");
     if (opt.vocab_size > 0)

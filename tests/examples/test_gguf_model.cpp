@@ -20,6 +20,7 @@
 #include "cli_util.hpp"
 #include "llama2c/generate.hpp"
 #include "llama2c/llama2c.hpp"
+#include "llama2c/serve.hpp"
 
 using cli_test::run_cli;
 using llama2c::Index;
@@ -292,7 +293,15 @@ void check_against_reference(const Tiny& shape, std::uint64_t seed, double bound
               << scale);
   CHECK(scale > 0.5);                   // the model does something
   CHECK(worst < bound * scale + 1e-5);  // float32 arithmetic over a handful of dot products
-  CHECK(model.ggml_backed() == is_block_type(m.type));
+  // Every type but F32 stays in the file's type, zero-copy: the projections are views of the
+  // mapped file (no owned bytes, the file's element type), so the resident memory is the file's.
+  CHECK(model.ggml_backed() == (m.type != inferkit::GgmlType::kF32));
+  if (model.ggml_backed()) {
+    for (const auto p : {llama2c::Proj::kQ, llama2c::Proj::kW2, llama2c::Proj::kClassifier}) {
+      CHECK(model.ggml_weights(p, 1).type() == m.type);
+      CHECK(!model.ggml_weights(p, 1).owns_data());
+    }
+  }
   if (model.ggml_backed()) {  // batched prefill (ggml_matmul) and one-token steps (ggml_matvec)
     std::vector<float> chunk(logits.size());
     llama2c::Cache c2(model.config(), {});
@@ -603,4 +612,105 @@ TEST_CASE("quantize: stories260K.gguf in Q8_0 runs, its greedy ids share a prefi
   CHECK_THAT(run_cli("generate --model " + out + " --weights int8 --steps 4").second,
              Catch::Contains("--weights") && Catch::Contains("Q8_0"));
   std::filesystem::remove(out);
+}
+
+TEST_CASE("serve on quantized and F16 GGUF models: every greedy output equals generate(), on 1 and 2 threads",
+          "[example][gguf][serve]") {
+  // serve's batched forward runs ggml_matmul over the iteration's rows (prefill chunks and
+  // decode rows of several requests at once); generate() runs the same file one request alone
+  // (one prefill chunk, then ggml_matvec steps over a dense cache). Greedy ids must agree.
+  Tiny shape;
+  shape.hidden = 64;  // rows of blocks of 32
+  shape.vocab = 64;
+  for (const auto type : {inferkit::GgmlType::kQ8_0, inferkit::GgmlType::kQ4_0, inferkit::GgmlType::kF16}) {
+    shape.type = type;
+    shape.tied = type == inferkit::GgmlType::kQ4_0;
+    INFO(inferkit::ggml_type_name(type));
+    const Tiny t = is_block_type(type) ? quantize_tiny(make_tiny(shape, 31)) : make_tiny(shape, 31);
+    const std::string path = temp_path(std::string("serve_") + inferkit::ggml_type_name(type) + ".gguf");
+    write_tiny(t, path);
+    const auto m = llama2c::Model::load_any(path);
+    REQUIRE(m.ggml_backed());
+    std::mt19937 rng(5);
+    std::vector<llama2c::TraceRequest> trace;
+    for (int i = 0; i < 6; ++i) {
+      llama2c::TraceRequest r;
+      r.arrival_ms = 1.0 * i;
+      r.prompt = {m.config().bos};
+      for (int k = 0; k < 2 + 3 * i; ++k) r.prompt.push_back(TokenId(rng() % 64));
+      r.max_new_tokens = 4 + i;
+      r.sampling.params.temperature = 0.0f;
+      trace.push_back(r);
+    }
+    llama2c::SamplingConfig greedy;
+    greedy.params.temperature = 0.0f;
+    std::vector<std::vector<TokenId>> alone;
+    for (const auto& r : trace)
+      alone.push_back(
+          llama2c::generate(m, std::vector<TokenId>(r.prompt.begin() + 1, r.prompt.end()), r.max_new_tokens, greedy));
+    for (const bool deterministic : {false, true})
+      for (const int threads : {1, 2}) {
+        INFO("threads " << threads << (deterministic ? ", deterministic" : ""));
+        llama2c::IterationClock clock(1.0);
+        llama2c::ServeOptions o;
+        o.scheduler.max_batched_tokens = 12;  // prefills chunked, and mixed with other requests' decode rows
+        o.scheduler.max_sequences = 4;
+        o.scheduler.max_prefill_chunk = 5;
+        o.page_size = 4;
+        o.deterministic = deterministic;
+        o.num_threads = threads;
+        o.clock = &clock;
+        llama2c::set_runner_threads(threads);
+        const auto rep = llama2c::serve(m, trace, o);
+        llama2c::set_runner_threads(0);
+        REQUIRE(rep.results.size() == trace.size());
+        for (std::size_t i = 0; i < trace.size(); ++i) {
+          INFO("request " << i);
+          CHECK(rep.results[i].output == alone[i]);
+        }
+      }
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_CASE("serve traces with text prompts: BOS as the GGUF vocabulary's add_bos says", "[example][gguf][serve]") {
+  const char* dir = std::getenv("INFERKIT_TEST_VOCAB_DIR");
+  if (!dir) {
+    WARN("INFERKIT_TEST_VOCAB_DIR is not set: skipped");
+    return;
+  }
+  // SentencePiece (Llama: add_bos true, BOS 1) and GPT-2 (no BOS): llama.cpp's ids of "Hello
+  // world" (the vocabularies' .out files), with BOS first where the vocabulary adds it.
+  const std::vector<std::tuple<std::string, int, std::vector<TokenId>>> cases = {
+      {"ggml-vocab-llama-spm.gguf", 32000, {1, 15043, 3186}}, {"ggml-vocab-gpt-2.gguf", 50257, {15496, 995}}};
+  for (const auto& [file, vocab, ids] : cases) {
+    INFO(file);
+    const std::string gguf = temp_path("trace_" + file), trace = temp_path("trace_" + file + ".jsonl");
+    REQUIRE(run_cli("make-random --dim 32 --hidden 64 --layers 1 --heads 2 --kv-heads 1 --seq-len 64 --seed 3 --type "
+                    "f16 --vocab " +
+                    std::to_string(vocab) + " --out " + gguf + " --vocab-from " + std::string(dir) + "/" + file)
+                .first == 0);
+    std::string id_list;
+    for (TokenId t : ids) id_list += (id_list.empty() ? "" : ", ") + std::to_string(t);
+    {
+      std::ofstream f(trace);
+      f << R"({"prompt": "Hello world", "max_new_tokens": 6, "temperature": 0})"
+        << "\n"
+        << R"({"prompt_ids": [)" << id_list << R"(], "max_new_tokens": 6, "temperature": 0})"
+        << "\n";
+    }
+    const auto [s, out] = cli_test::shell(std::string(INFERKIT_LLAMA2C_BINARY) + " serve --model " + gguf +
+                                          " --trace " + trace + " --virtual-time 1 2>&1");
+    INFO(out);
+    REQUIRE(s == 0);
+    std::vector<std::string> got;
+    std::istringstream lines(out);
+    for (std::string l; std::getline(lines, l);)
+      if (const auto a = l.find("\"output_ids\""); a != std::string::npos)
+        got.push_back(l.substr(a, l.find(']', a) - a));
+    REQUIRE(got.size() == 2);
+    CHECK(got[0] == got[1]);  // the text prompt encodes (with or without BOS) to exactly the listed ids
+    std::filesystem::remove(gguf);
+    std::filesystem::remove(trace);
+  }
 }

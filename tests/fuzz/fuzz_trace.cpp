@@ -17,8 +17,8 @@
 
 namespace {
 
-const llama2c::Tokenizer& tokenizer() {
-  static const llama2c::Tokenizer t = [] {
+const llama2c::TextCodec& tokenizer() {
+  static const llama2c::TextCodec t = llama2c::TextCodec::of([] {
     std::vector<std::string> pieces{"<unk>", "\n<s>\n", "\n</s>\n"};
     for (int b = 0; b < 256; ++b) {
       char buf[8];
@@ -30,7 +30,7 @@ const llama2c::Tokenizer& tokenizer() {
     llama2c::Tokenizer::save(out, pieces, std::vector<float>(pieces.size(), -1.0f));
     std::istringstream in(out.str(), std::ios::binary);
     return llama2c::Tokenizer::load(in, static_cast<int>(pieces.size()), "fuzz");
-  }();
+  }());
   return t;
 }
 
@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   llama2c::TraceOptions opt;
   static constexpr int kVocab[] = {0, 0, 5, 300};
   opt.vocab_size = kVocab[data[0] & 3];
-  if (data[0] & 4) opt.tokenizer = &tokenizer();
+  if (data[0] & 4) opt.text = &tokenizer();
   opt.max_prompt_tokens = (data[0] & 8) ? 4 : std::size_t{1} << 20;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
 
