@@ -9,10 +9,10 @@
 //   const inferkit::TokenId next = inferkit::masked_argmax(logits, mask);   // -1: nothing allowed
 //
 // Paths (chosen at compile time): AVX-512 (16 lanes under a __mmask16 taken from the mask word,
-// a per-lane running max and its index, vcmpps / masked moves), AVX2 (8 lanes; the lane mask
-// from the mask byte by a broadcast, an AND with the lane bits and a compare), and a scalar loop
-// over the set bits. Every path returns the same id: the largest logit, the lowest id among
-// equal ones; NaN and -inf logits are never chosen (-1 when no allowed logit is above -inf).
+// per-lane running maxima and their ids in four independent chains, vcmpps / masked moves), AVX2
+// (8 lanes; the lane mask from the mask byte by a broadcast, an AND with the lane bits and a
+// compare; four chains), and a scalar loop over the set bits. Every path returns the same id: the largest logit, the
+// lowest id among equal ones; NaN and -inf logits are never chosen (-1 when no allowed logit is above -inf).
 
 #include <bit>
 #include <cstddef>
@@ -84,38 +84,52 @@ inline TokenId masked_argmax_scalar(const float* logits, const std::uint64_t* wo
 
 #if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
 inline TokenId masked_argmax_avx512(const float* logits, const std::uint64_t* words, std::size_t n_words) {
-  __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512i best_id = _mm512_set1_epi32(-1);
+  // Four running maxima, one per 16-id quarter of a mask word: four independent compare / move
+  // chains (one chain would wait on its own latency every 16 ids).
+  __m512 best[4];
+  __m512i best_id[4];
+  for (int q = 0; q < 4; ++q) {
+    best[q] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    best_id[q] = _mm512_set1_epi32(-1);
+  }
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (std::size_t i = 0; i < n_words; ++i) {
     const std::uint64_t w = words[i];
     if (w == 0) continue;
     for (int q = 0; q < 4; ++q) {
       const auto k = static_cast<__mmask16>(w >> (16 * q));
-      if (k == 0) continue;
       const std::size_t at = i * 64 + static_cast<std::size_t>(16 * q);
       const __m512 x = _mm512_maskz_loadu_ps(k, logits + at);  // masked lanes never read (the tail)
-      const __mmask16 gt = _mm512_mask_cmp_ps_mask(k, x, best, _CMP_GT_OQ);
-      best = _mm512_mask_mov_ps(best, gt, x);
-      best_id = _mm512_mask_mov_epi32(best_id, gt, _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(at))));
+      const __mmask16 gt = _mm512_mask_cmp_ps_mask(k, x, best[q], _CMP_GT_OQ);
+      best[q] = _mm512_mask_mov_ps(best[q], gt, x);
+      best_id[q] =
+          _mm512_mask_mov_epi32(best_id[q], gt, _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(at))));
     }
   }
-  // Across lanes: the largest value, the lowest id among equal ones (each lane kept its first).
-  alignas(64) float v[16];
-  alignas(64) std::int32_t id[16];
-  _mm512_store_ps(v, best);
-  _mm512_store_si512(id, best_id);
+  // Across chains and lanes: the largest value, the lowest id among equal ones (each lane of each
+  // chain kept its first).
+  alignas(64) float v[64];
+  alignas(64) std::int32_t id[64];
+  for (int q = 0; q < 4; ++q) {
+    _mm512_store_ps(v + 16 * q, best[q]);
+    _mm512_store_si512(id + 16 * q, best_id[q]);
+  }
   float best_v = -std::numeric_limits<float>::infinity();
   std::int32_t best_i = -1;
-  for (int l = 0; l < 16; ++l) better_of(v[l], id[l], best_v, best_i);
+  for (int l = 0; l < 64; ++l) better_of(v[l], id[l], best_v, best_i);
   return best_i;
 }
 #endif
 
 #if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX2__)
 inline TokenId masked_argmax_avx2(const float* logits, const std::uint64_t* words, std::size_t n_words) {
-  __m256 best = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  __m256i best_id = _mm256_set1_epi32(-1);
+  // Four running maxima (bytes q and q + 4 of a mask word share chain q & 3), as on AVX-512.
+  __m256 best[4];
+  __m256i best_id[4];
+  for (int c = 0; c < 4; ++c) {
+    best[c] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    best_id[c] = _mm256_set1_epi32(-1);
+  }
   const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (std::size_t i = 0; i < n_words; ++i) {
@@ -123,25 +137,27 @@ inline TokenId masked_argmax_avx2(const float* logits, const std::uint64_t* word
     if (w == 0) continue;
     for (int q = 0; q < 8; ++q) {
       const auto byte = static_cast<int>((w >> (8 * q)) & 0xFF);
-      if (byte == 0) continue;
+      const int c = q & 3;
       const std::size_t at = i * 64 + static_cast<std::size_t>(8 * q);
       // Lane j allowed when bit j of the byte is set.
       const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(byte), bits), bits);
       const __m256 x = _mm256_maskload_ps(logits + at, on);  // lanes off are not read (the tail)
-      const __m256 gt = _mm256_and_ps(_mm256_castsi256_ps(on), _mm256_cmp_ps(x, best, _CMP_GT_OQ));
-      best = _mm256_blendv_ps(best, x, gt);
-      best_id = _mm256_castps_si256(
-          _mm256_blendv_ps(_mm256_castsi256_ps(best_id),
+      const __m256 gt = _mm256_and_ps(_mm256_castsi256_ps(on), _mm256_cmp_ps(x, best[c], _CMP_GT_OQ));
+      best[c] = _mm256_blendv_ps(best[c], x, gt);
+      best_id[c] = _mm256_castps_si256(
+          _mm256_blendv_ps(_mm256_castsi256_ps(best_id[c]),
                            _mm256_castsi256_ps(_mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(at)))), gt));
     }
   }
-  alignas(32) float v[8];
-  alignas(32) std::int32_t id[8];
-  _mm256_store_ps(v, best);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(id), best_id);
+  alignas(32) float v[32];
+  alignas(32) std::int32_t id[32];
+  for (int c = 0; c < 4; ++c) {
+    _mm256_store_ps(v + 8 * c, best[c]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(id + 8 * c), best_id[c]);
+  }
   float best_v = -std::numeric_limits<float>::infinity();
   std::int32_t best_i = -1;
-  for (int l = 0; l < 8; ++l) better_of(v[l], id[l], best_v, best_i);
+  for (int l = 0; l < 32; ++l) better_of(v[l], id[l], best_v, best_i);
   return best_i;
 }
 #endif
