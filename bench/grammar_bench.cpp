@@ -8,7 +8,10 @@
 //                                                   first 8 states of each instance
 //   grammar/compile/inferkit/<vocab>/schemas        schema text -> grammar -> first mask (cold masker)
 //   grammar/mask_sample/inferkit/<vocab>            the best allowed token of random logits under a
-//                                                   mask allowing every 7th token
+//                                                   mask allowing every 7th token: a loop over the set bits
+//   grammar/mask_sample/fused/<vocab>               the same by masked_argmax (grammar/masked_argmax.hpp,
+//                                                   AVX-512 / AVX2 / scalar); <vocab> also "128k" (128,256
+//                                                   random logits: the cost depends on the size only)
 // Counters: mean_us, p50_us, p99_us, max_us over all tokens (or schemas) of a pass, in thread CPU time. Workloads:
 // json_gbnf = llama.cpp's json.gbnf (INFERKIT_TEST_GRAMMAR_DIR) walked along the object-valued
 // valid instances of tests/grammar/data/schemas.json; schemas = the 55 schemas of that file
@@ -33,6 +36,7 @@
 #include "inferkit/grammar/gbnf.hpp"
 #include "inferkit/grammar/grammar_matcher.hpp"
 #include "inferkit/grammar/json_schema.hpp"
+#include "inferkit/grammar/masked_argmax.hpp"
 #include "inferkit/io/gguf.hpp"
 #include "inferkit/tokenizer/gguf_vocabulary.hpp"
 #include "inferkit/tokenizer/tokenizer.hpp"
@@ -98,6 +102,8 @@ void walk(const std::vector<Workload>& ws, const std::shared_ptr<const inferkit:
     }
   }
 }
+
+void register_mask_sample(const std::string& vocab, std::size_t n);
 
 void register_vocab(Vocab& v) {
   for (const char* wl : {"json_gbnf", "schemas"}) {
@@ -175,27 +181,35 @@ void register_vocab(Vocab& v) {
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
-  const std::string ms = "grammar/mask_sample/inferkit/" + v.name;
-  benchmark::RegisterBenchmark(ms.c_str(), [&v](benchmark::State& st) {
-    const std::size_t n = v.trie->vocab_size();
-    std::vector<float> logits(n);
-    std::mt19937 rng(30);
-    std::normal_distribution<float> nd;
-    for (auto& x : logits) x = nd(rng);
-    // A mask allowing every 7th token (a string-content state allows most, a structural one few).
-    inferkit::TokenBitset mask(n);
-    for (std::size_t t = 0; t < n; t += 7) mask.set(static_cast<TokenId>(t));
-    for (auto _ : st) {
-      // The best allowed token: one pass over the mask's set bits (what a grammar stage does
-      // before greedy or top-k sampling; masked logits are never touched).
-      TokenId best = -1;
-      float best_v = -std::numeric_limits<float>::infinity();
-      mask.for_each([&](TokenId t) {
-        if (logits[static_cast<std::size_t>(t)] > best_v) best_v = logits[static_cast<std::size_t>(t)], best = t;
-      });
-      benchmark::DoNotOptimize(best);
-    }
-  })->Unit(benchmark::kMicrosecond);
+  register_mask_sample(v.name, v.trie->vocab_size());
+}
+
+// grammar/mask_sample/{inferkit,fused}/<name>: the best allowed token of random logits under a
+// mask allowing every 7th token, by a loop over the set bits (the baseline) and by masked_argmax.
+void register_mask_sample(const std::string& vocab, std::size_t n) {
+  for (const bool fused : {false, true}) {
+    const std::string ms = std::string("grammar/mask_sample/") + (fused ? "fused/" : "inferkit/") + vocab;
+    benchmark::RegisterBenchmark(ms.c_str(), [n, fused](benchmark::State& st) {
+      std::vector<float> logits(n);
+      std::mt19937 rng(30);
+      std::normal_distribution<float> nd;
+      for (auto& x : logits) x = nd(rng);
+      inferkit::TokenBitset mask(n);
+      for (std::size_t t = 0; t < n; t += 7) mask.set(static_cast<TokenId>(t));
+      for (auto _ : st) {
+        TokenId best = -1;
+        if (fused) {
+          best = inferkit::masked_argmax(logits, mask);
+        } else {
+          float best_v = -std::numeric_limits<float>::infinity();
+          mask.for_each([&](TokenId t) {
+            if (logits[static_cast<std::size_t>(t)] > best_v) best_v = logits[static_cast<std::size_t>(t)], best = t;
+          });
+        }
+        benchmark::DoNotOptimize(best);
+      }
+    })->Unit(benchmark::kMicrosecond);
+  }
 }
 
 std::vector<Vocab>& vocabs() {
@@ -237,6 +251,9 @@ bool setup() {
     vocabs().push_back(std::move(v));
   }
   for (Vocab& v : vocabs()) register_vocab(v);
+  // Llama 3's vocabulary size (128,256): the mask-and-sample cost depends only on the size and
+  // the mask's density, so random logits of that size stand for it.
+  register_mask_sample("128k", 128256);
   return true;
 }
 

@@ -30,7 +30,11 @@ inline std::vector<TraceRequest> serve_requests(const cli::Flags& a, const Model
     const auto text = TextCodec::open(a.text("--model"), a.has("--tokenizer") ? a.text("--tokenizer") : "", vocab);
     std::ifstream f(a.text("--trace"));
     if (!f) throw std::invalid_argument("cannot open --trace file '" + a.text("--trace") + "'");
-    return parse_trace(f, {.vocab_size = vocab, .text = text ? &*text : nullptr, .bos = model.config().bos});
+    // The model's token bytes serve both text prompts and requests with a grammar or json_schema.
+    return parse_trace(f, {.vocab_size = vocab,
+                           .text = text ? &*text : nullptr,
+                           .bos = model.config().bos,
+                           .grammar_trie = text ? grammar_trie(&*text, vocab) : nullptr});
   }
   ServingWorkloadConfig w;
   std::tie(w.prompt_min, w.prompt_max) = int_range(a, "--prompt-len");

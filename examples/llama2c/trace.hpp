@@ -19,17 +19,28 @@
 //   repeat_last_n     integer >= 0: tokens the penalty sees (default 64)
 //   seed              integer in [0, 2^64) (default 42)
 //   eos_token_ids     array of token ids that end the request (kept in the output)
+//   grammar           string: a GBNF grammar (llama.cpp's format, start rule root) the output must
+//                     follow (grammar_flags.hpp); needs the model's token text
+//   json_schema       a JSON Schema object (or a string holding one): the output is JSON valid
+//                     against it; needs the model's token text. grammar and json_schema exclude
+//                     each other; with either, EOS is allowed only where the output is complete
+//                     and the vocabulary's EOS ids end the request
+// e.g. {"prompt_ids": [1], "max_new_tokens": 64, "json_schema": {"type": "object", "properties":
+//      {"ok": {"type": "boolean"}}, "required": ["ok"]}}
 // Blank lines are skipped. Anything else (unknown or repeated field, wrong type, bad value,
-// trailing text, bad escape, nesting) is a std::invalid_argument naming the 1-based line number
-// and the field. The parser has no state beyond its arguments and reads only inside the line,
-// so it can be fed arbitrary bytes (a fuzzer).
+// trailing text, bad escape, nesting outside json_schema, a grammar that does not compile) is a
+// std::invalid_argument naming the 1-based line number and the field. The parser has no state beyond its arguments and
+// reads only inside the line, so it can be fed arbitrary bytes (a fuzzer).
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <istream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -37,6 +48,7 @@
 #include <system_error>
 #include <vector>
 
+#include "grammar_flags.hpp"
 #include "sampling_config.hpp"
 #include "text.hpp"
 #include "tokenizer.hpp"
@@ -45,12 +57,14 @@ namespace llama2c {
 
 /// One request of a trace.
 struct TraceRequest {
-  double arrival_ms = 0;               ///< arrival time, ms after the start of the run
-  std::vector<TokenId> prompt;         ///< prompt token ids (non-empty)
-  Index max_new_tokens = 0;            ///< tokens to generate at most (>= 1)
-  SamplingConfig sampling;             ///< temperature, top-k/p, min-p, repetition penalty, seed
-  std::vector<TokenId> eos_token_ids;  ///< ids that end the request when generated
-  Index line = 0;                      ///< 1-based line of the trace file it came from; 0 = none
+  double arrival_ms = 0;                              ///< arrival time, ms after the start of the run
+  std::vector<TokenId> prompt;                        ///< prompt token ids (non-empty)
+  Index max_new_tokens = 0;                           ///< tokens to generate at most (>= 1)
+  SamplingConfig sampling;                            ///< temperature, top-k/p, min-p, repetition penalty, seed
+  std::vector<TokenId> eos_token_ids;                 ///< ids that end the request when generated
+  Index line = 0;                                     ///< 1-based line of the trace file it came from; 0 = none
+  std::string grammar_text;                           ///< the grammar / json_schema field's text ("" = unconstrained)
+  GrammarSource grammar_kind = GrammarSource::kGbnf;  ///< which of the two fields gave it
 };
 
 /// What the trace parser checks against.
@@ -59,6 +73,8 @@ struct TraceOptions {
   const TextCodec* text = nullptr;  ///< encodes `prompt` text (a text prompt without one is an error)
   TokenId bos = kBos;               ///< put before a text prompt's ids (Config::bos); -1: none
   std::size_t max_prompt_tokens = std::size_t{1} << 20;  ///< longest prompt accepted
+  /// The model's token bytes (grammar_trie()): a grammar or json_schema field needs it.
+  std::shared_ptr<const inferkit::TokenTrie> grammar_trie;
 };
 
 namespace detail {
@@ -190,6 +206,35 @@ class TraceLineParser {
     return v;
   }
 
+  // The text of one JSON object or array (nested, strings with escapes skipped over): the
+  // json_schema field's value, parsed by inferkit's JSON reader afterwards.
+  std::string_view raw_object(const std::string& field) {
+    ws();
+    const std::size_t b = i_;
+    std::size_t depth = 0;
+    bool in_string = false;
+    for (; i_ < s_.size(); ++i_) {
+      const char c = s_[i_];
+      if (in_string) {
+        if (c == '\\')
+          ++i_;
+        else if (c == '"')
+          in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (depth == 0) break;
+        if (--depth == 0) return s_.substr(b, ++i_ - b);
+      } else if (depth == 0) {
+        break;
+      }
+    }
+    i_ = b;
+    fail_here(field, "expected a JSON object (or a string), not closed on this line");
+  }
+
   // [id, id, ...] of token ids in [0, vocab) (any id >= 0 when vocab is 0), at most `limit`.
   std::vector<TokenId> ids(const std::string& field, int vocab, std::size_t limit) {
     std::vector<TokenId> out;
@@ -287,7 +332,7 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
   r.sampling.params.temperature = 1.0f;
   std::vector<std::string> seen;
   bool have_ids = false, have_text = false, have_max = false;
-  std::string prompt_text;
+  std::string prompt_text, grammar_key;
   p.expect('{', "(line)");
   if (p.peek('}')) {
     p.expect('}', "(line)");
@@ -332,10 +377,14 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
         r.sampling.seed = p.unsigned64(key);
       } else if (key == "eos_token_ids") {
         r.eos_token_ids = p.ids(key, opt.vocab_size, 1 << 16);
+      } else if (key == "grammar" || key == "json_schema") {
+        if (!grammar_key.empty()) p.fail(key, "give grammar or json_schema, not both");
+        grammar_key = key;
+        r.grammar_text = key == "grammar" || p.peek('"') ? p.string(key) : std::string(p.raw_object(key));
       } else {
         p.fail(key,
                "unknown field (known: arrival_ms, prompt_ids, prompt, max_new_tokens, temperature, top_k, top_p, "
-               "min_p, repetition_penalty, repeat_last_n, seed, eos_token_ids)");
+               "min_p, repetition_penalty, repeat_last_n, seed, eos_token_ids, grammar, json_schema)");
       }
       if (p.peek('}')) {
         p.expect('}', key);
@@ -363,6 +412,19 @@ inline std::optional<TraceRequest> parse_trace_line(std::string_view text, Index
         if (t >= opt.vocab_size)
           p.fail("prompt", "encodes to token " + std::to_string(t) + ", outside the model's vocabulary");
   }
+  if (!grammar_key.empty()) {
+    if (!opt.grammar_trie)
+      p.fail(grammar_key, "needs the model's token text (--tokenizer or a GGUF model with a vocabulary)");
+    try {
+      r.grammar_kind = grammar_key == "grammar" ? GrammarSource::kGbnf : GrammarSource::kJsonSchema;
+      r.sampling.grammar = grammar_masker(r.grammar_kind, r.grammar_text, "", opt.grammar_trie);
+    } catch (const std::invalid_argument& e) {
+      p.fail(grammar_key, e.what());
+    }
+    for (const TokenId e : opt.grammar_trie->eos_ids())  // the grammar's EOS ends the request
+      if (std::find(r.eos_token_ids.begin(), r.eos_token_ids.end(), e) == r.eos_token_ids.end())
+        r.eos_token_ids.push_back(e);
+  }
   try {
     make_chain(r.sampling);  // any rule the fields above do not cover
   } catch (const std::invalid_argument& e) {
@@ -389,12 +451,23 @@ inline void check_request_fits(const TraceRequest& r, Index index, double kv_byt
 }
 
 /// Parses a whole trace (JSON lines); errors name the line and field (parse_trace_line()).
+/// Requests with the same grammar text share one masker (and so its cache of masks).
 inline std::vector<TraceRequest> parse_trace(std::istream& in, const TraceOptions& opt = {}) {
   std::vector<TraceRequest> out;
   std::string line;
   Index n = 0;
+  std::map<std::pair<bool, std::string>, std::shared_ptr<const inferkit::TokenMasker>> maskers;
   while (std::getline(in, line))
-    if (auto r = parse_trace_line(line, ++n, opt)) out.push_back(std::move(*r));
+    if (auto r = parse_trace_line(line, ++n, opt)) {
+      if (r->sampling.grammar) {
+        auto& shared = maskers[{r->grammar_kind == GrammarSource::kGbnf, r->grammar_text}];
+        if (shared)
+          r->sampling.grammar = shared;
+        else
+          shared = r->sampling.grammar;
+      }
+      out.push_back(std::move(*r));
+    }
   return out;
 }
 

@@ -48,6 +48,7 @@
 #include "inferkit/grammar/grammar_matcher.hpp"
 #include "inferkit/grammar/json_schema.hpp"
 #include "inferkit/grammar/json_value.hpp"
+#include "inferkit/grammar/masked_argmax.hpp"
 #include "inferkit/grammar/regex.hpp"
 #include "inferkit/grammar/token_bitset.hpp"
 #include "inferkit/grammar/token_mask.hpp"

@@ -30,9 +30,22 @@ std::string temp_path(const std::string& name) {
       .string();
 }
 
+// The files a test case wrote, removed when it ends (ctest runs cases in separate processes).
+struct TempFiles {
+  std::vector<std::string> paths;
+  ~TempFiles() {
+    for (const auto& p : paths) std::filesystem::remove(p);
+  }
+};
+TempFiles& temp_files() {
+  static TempFiles files;
+  return files;
+}
+
 std::string write(const std::string& name, const std::string& text) {
   const std::string path = temp_path(name);
   std::ofstream(path, std::ios::binary) << text;
+  temp_files().paths.push_back(path);
   return path;
 }
 
@@ -193,7 +206,10 @@ TEST_CASE("generate --json-schema on a llama2.c checkpoint with its tokenizer.bi
                          "\"n\"", "\":", "1",  "2",  "3",  "4",  "5",   "6",     "7",    "8",
                          "9",     "0",   "re", "gr", "bl", "ue", "een", "co",    "lor",  "\n"};
   for (const char* w : words) pieces.push_back(w);
-  for (int i = 0; static_cast<int>(pieces.size()) < 512; ++i) pieces.push_back("w" + std::to_string(i));
+  for (int i = 0; static_cast<int>(pieces.size()) < 512; ++i) {
+    std::string w(1, 'w');  // (not "w" + to_string: GCC 12's -Wrestrict false positive there)
+    pieces.push_back(w.append(std::to_string(i)));
+  }
   const std::string tok = temp_path("tokenizer.bin");
   llama2c::Tokenizer::save(tok, pieces, std::vector<float>(pieces.size(), 0.0f));
   const std::string schema = write("color.json", R"({"type": "object", "properties": {
@@ -245,4 +261,100 @@ TEST_CASE("generate --grammar / --json-schema: bad files and modes are refused b
   if (!model.empty())
     CHECK_THAT(run_cli("generate --model " + model + " --grammar " + ok).second,
                Catch::Contains("need the model's token text"));
+}
+
+TEST_CASE("serve: a trace mixing grammar, json_schema and unconstrained requests; each constrained output is valid",
+          "[example][grammar][serve]") {
+  const char* dir = std::getenv("INFERKIT_TEST_VOCAB_DIR");
+  if (!dir) {
+    WARN("INFERKIT_TEST_VOCAB_DIR is not set: skipped");
+    return;
+  }
+  const std::string gguf = temp_path("serve_spm.gguf"), schema = write("serve_person.json", kPersonSchema);
+  REQUIRE(run_cli("make-random --dim 64 --hidden 96 --layers 2 --heads 4 --kv-heads 2 --vocab 32000 --seq-len 512 "
+                  "--seed 11 --out " +
+                  gguf + " --vocab-from " + std::string(dir) + "/ggml-vocab-llama-spm.gguf")
+              .first == 0);
+  std::string inline_schema = kPersonSchema;  // one line of the trace
+  for (char& c : inline_schema)
+    if (c == '\n') c = ' ';
+  const std::string yes_no = R"(root ::= (\"yes\" | \"no\") (\", \" (\"yes\" | \"no\")){0,3})";
+  enum class Kind { kFree, kSchema, kYesNo };
+  const std::vector<Kind> kinds = {Kind::kSchema, Kind::kFree,  Kind::kYesNo,  Kind::kSchema,
+                                   Kind::kFree,   Kind::kYesNo, Kind::kSchema, Kind::kSchema};
+  std::string trace;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    trace += "{\"arrival_ms\": " + std::to_string(i) + ", \"prompt_ids\": [1, " + std::to_string(100 + i) +
+             "], \"temperature\": 1.4, \"seed\": " + std::to_string(i + 1);
+    if (kinds[i] == Kind::kFree) trace += ", \"max_new_tokens\": 12}\n";
+    if (kinds[i] == Kind::kYesNo) trace += ", \"max_new_tokens\": 60, \"grammar\": \"" + yes_no + "\"}\n";
+    if (kinds[i] == Kind::kSchema) {  // as an object, or (request 3) as a string holding one
+      trace += ", \"max_new_tokens\": 400, \"json_schema\": ";
+      if (i == 3)
+        trace.append(1, '"').append(std::regex_replace(inline_schema, std::regex("\""), "\\\"")).append(1, '"');
+      else
+        trace += inline_schema;
+      trace += "}\n";
+    }
+  }
+  const std::string trace_file = write("trace.jsonl", trace), results = write("results.jsonl", "");
+  const auto [status, log] = run_cli("serve --model " + gguf + " --trace " + trace_file + " --out " + results +
+                                     " --virtual-time 1 --max-seqs 8 --page-size 16");
+  INFO(trace << log);
+  REQUIRE(status == 0);
+  std::ifstream in(results);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE(lines.size() == kinds.size());
+  const std::regex ids_field(R"re("output_ids": \[([0-9, ]*)\])re"),
+      reason_field(R"re("finish_reason": "([a-z_]+)")re");
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    INFO("request " << i << ": " << lines[i]);
+    std::smatch ids_m, reason_m;
+    REQUIRE(std::regex_search(lines[i], ids_m, ids_field));
+    REQUIRE(std::regex_search(lines[i], reason_m, reason_field));
+    std::string ids = ids_m[1].str();
+    for (char& c : ids)
+      if (c == ',') c = ' ';
+    const auto out = ids_of(ids);
+    if (kinds[i] == Kind::kFree) {
+      CHECK(out.size() == 12);
+      CHECK(reason_m[1].str() == "length");
+      continue;
+    }
+    CHECK(reason_m[1].str() == "eos");  // a complete output, ended by the vocabulary's EOS (id 2)
+    REQUIRE(!out.empty());
+    CHECK(out.back() == 2);
+    const auto [ds, text] = run_stdout("tokenize --model " + gguf + " --ids \"" + ids + "\"");
+    REQUIRE(ds == 0);
+    const std::string body = text.substr(0, text.size() - 1);  // tokenize ends the text with a newline
+    INFO("text: " << body);
+    if (kinds[i] == Kind::kYesNo)
+      CHECK(std::regex_match(body, std::regex("(yes|no)(, (yes|no)){0,3}")));
+    else
+      CHECK(judge(schema, write("serve_out" + std::to_string(i) + ".json", body)) == "valid");
+  }
+  // The trace's grammar errors name the line and field.
+  const std::string bad = write("bad_trace.jsonl",
+                                "{\"prompt_ids\": [1], \"max_new_tokens\": 4}\n"
+                                "{\"prompt_ids\": [1], \"max_new_tokens\": 4, \"grammar\": "
+                                "\"root ::= (\\\"a\\\"\"}\n");
+  CHECK_THAT(run_cli("serve --model " + gguf + " --trace " + bad).second,
+             Catch::Contains("trace line 2, field \"grammar\"") && Catch::Contains("GBNF at line 1, column"));
+  const std::string both = write("both_trace.jsonl",
+                                 "{\"prompt_ids\": [1], \"max_new_tokens\": 4, \"grammar\": "
+                                 "\"root ::= \\\"a\\\"\", \"json_schema\": {\"type\": \"null\"}}\n");
+  CHECK_THAT(run_cli("serve --model " + gguf + " --trace " + both).second,
+             Catch::Contains("trace line 1, field \"json_schema\"") && Catch::Contains("not both"));
+  const std::string keyword = write("keyword_trace.jsonl",
+                                    "{\"prompt_ids\": [1], \"max_new_tokens\": 4, "
+                                    "\"json_schema\": {\"type\": \"string\", \"format\": "
+                                    "\"hostname\"}}\n");
+  CHECK_THAT(run_cli("serve --model " + gguf + " --trace " + keyword).second,
+             Catch::Contains("trace line 1, field \"json_schema\"") && Catch::Contains("format"));
+  const std::string model = cli_test::test_model();
+  if (!model.empty())  // a llama2.c checkpoint without --tokenizer has no token text
+    CHECK_THAT(run_cli("serve --model " + model + " --trace " + trace_file).second,
+               Catch::Contains("trace line 1, field \"json_schema\"") && Catch::Contains("token text"));
+  std::filesystem::remove(gguf);
 }

@@ -1,5 +1,13 @@
 #include "sampling/sampling_test_util.hpp"
 
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "inferkit/grammar/gbnf.hpp"
+
 #include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 
@@ -139,4 +147,76 @@ TEST_CASE("the chain's errors name the stages and the bad thread count", "[sampl
   // The bound itself is accepted (one row: the loop runs serially, no thread is started).
   CHECK_NOTHROW(chain.sample_batch({rows.data(), 1, 10}, {}, 9, std::span(streams).first(1), 0, std::span(out).first(1),
                                    inferkit::kMaxThreads));
+}
+
+TEST_CASE("rollback(state, n) equals a fresh state fed the kept tokens (grammar and generated-count rules)",
+          "[sampling][chain][rollback]") {
+  // A grammar over a small vocabulary: lists of a/b words, then "." (EOS only after it).
+  const std::vector<std::string> words = {"a", "b", "ab", " ", " a", " b", "ba", ".", "a.", "<eos>"};
+  std::vector<std::string_view> bytes(words.begin(), words.end());
+  bytes.back() = {};  // the EOS id has no bytes
+  const auto trie = std::make_shared<const inferkit::TokenTrie>(bytes, std::vector<TokenId>{9});
+  const auto grammar = std::make_shared<const inferkit::Grammar>(inferkit::parse_gbnf(R"(root ::= w (" " w)* "."
+w ::= [ab]+)"));
+  const auto masker = std::make_shared<const inferkit::TokenMasker>(grammar, trie);
+  inferkit::SamplerChain chain;
+  chain.add(inferkit::GrammarConstraint{masker})
+      .add(inferkit::BeginSuppressTokens{{1}})
+      .add(inferkit::ExponentialDecayLengthPenalty{3, 1.5f, {9}})
+      .add(inferkit::RepetitionPenalty{1.3f, 8})
+      .add(inferkit::Temperature{1.0f});
+  REQUIRE(chain.can_rollback());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const auto row = [&] {
+    std::vector<float> l(words.size());
+    for (float& x : l) x = nd(rng);
+    return l;
+  };
+  for (int trial = 0; trial < 200; ++trial) {
+    inferkit::SamplerState s = chain.make_state();
+    std::vector<TokenId> kept;  // the tokens the state should hold
+    const inferkit::CounterRng stream(static_cast<std::uint64_t>(trial));
+    for (int round = 0; round < 6; ++round) {
+      // Draft up to 4 tokens (stopping at EOS), then reject a random suffix of them.
+      std::vector<TokenId> drafted;
+      for (int i = 0; i < 4 && (kept.empty() || kept.back() != 9) && (drafted.empty() || drafted.back() != 9); ++i) {
+        std::vector<TokenId> history = kept;
+        history.insert(history.end(), drafted.begin(), drafted.end());
+        auto l = row();
+        const TokenId t = chain.sample(l, history, s, stream, history.size());
+        chain.accept(s, t);
+        drafted.push_back(t);
+      }
+      const std::size_t keep = std::uniform_int_distribution<std::size_t>(0, drafted.size())(rng);
+      chain.rollback(s, drafted.size() - keep);
+      kept.insert(kept.end(), drafted.begin(), drafted.begin() + static_cast<std::ptrdiff_t>(keep));
+      // The reference: a fresh state that accepted only the kept tokens.
+      inferkit::SamplerState ref = chain.make_state();
+      for (TokenId t : kept) chain.accept(ref, t);
+      INFO("trial " << trial << " round " << round << " kept " << kept.size());
+      REQUIRE(s == ref);
+      REQUIRE(s.generated() == static_cast<inferkit::Index>(kept.size()));
+      if (!kept.empty() && kept.back() == 9) break;  // terminated: nothing is allowed after EOS
+      const auto l = row();
+      auto a = l, b = l;
+      chain.apply(a, kept, s, stream, 0);
+      chain.apply(b, kept, ref, stream, 0);
+      REQUIRE(a == b);
+    }
+  }
+  // Bounds and rules without a rollback hook: refused, the state unchanged.
+  inferkit::SamplerState s = chain.make_state();
+  chain.accept(s, 0);
+  const inferkit::SamplerState before = s;
+  CHECK_THROWS_WITH(chain.rollback(s, 2), Catch::Contains("rollback count"));
+  CHECK(s == before);
+  inferkit::SamplerChain mirostat;
+  mirostat.add(inferkit::Mirostat{});
+  CHECK_FALSE(mirostat.can_rollback());
+  inferkit::SamplerState m = mirostat.make_state();
+  mirostat.accept(m, 3);
+  const inferkit::SamplerState m0 = m;
+  CHECK_THROWS_WITH(mirostat.rollback(m, 1), Catch::Contains("mirostat"));
+  CHECK(m == m0);
 }

@@ -116,9 +116,15 @@ struct GrammarConstraint {
     TokenBitset mask;
     matcher(s).fill_mask(mask);
     std::vector<TokenId> kept;
-    c.for_each([&](TokenId id) {
-      if (mask.test(id)) kept.push_back(id);
-    });
+    if (c.dense()) {  // the first stage: walk the mask's set bits, not the whole row
+      const std::span<const float> l = c.logits();
+      mask.for_each([&](TokenId id) {
+        if (l[static_cast<std::size_t>(id)] > -std::numeric_limits<float>::infinity()) kept.push_back(id);
+      });
+    } else {
+      for (const TokenId id : c.ids())
+        if (mask.test(id)) kept.push_back(id);
+    }
     if (kept.empty()) [[unlikely]]
       throw_invalid_argument("grammar stage candidates", 0,
                              mask.count() == 0
