@@ -6,10 +6,18 @@
 // (self-speculative). Each model keeps its own dense cache, truncated to the accepted tokens
 // after every round.
 //
+// Token trees (generate --spec tree|ngram): a tree of drafts (the draft model's EAGLE-2 tree, or
+// prompt lookup over the context with no draft model) is scored by the target in one pass of
+// tree rows (tree attention), verified with the tree rules of sampling/tree_verify.hpp, and the
+// accepted path's K/V rows are compacted in the target's cache (kv/tree_compaction.hpp).
+//
 //   const auto out = llama2c::generate_speculative(target, nullptr, 2, prompt, 64, 4, s);
+//   const auto t = llama2c::generate_speculative_tree(target, nullptr, 0, true, prompt, 64, {}, s);
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -18,6 +26,17 @@
 #include "sampling_config.hpp"
 
 namespace llama2c {
+
+/// make_chain(s), refused when a rule keeps state: the draft and target distributions would need
+/// per-branch states.
+inline inferkit::SamplerChain speculative_chain(const SamplingConfig& s) {
+  auto chain = make_chain(s);
+  if (chain.stateful())
+    throw std::invalid_argument(
+        "llama2c: speculative decoding takes stateless sampling rules only (no --mirostat, "
+        "--min-new-tokens, --exp-decay or --begin-suppress)");
+  return chain;
+}
 
 /// Speculative generation: the draft (another model, or the first `draft_layers` layers of the
 /// target when `draft` is null) proposes k tokens, the target scores k + 1 positions in one
@@ -41,11 +60,7 @@ inline std::vector<TokenId> generate_speculative(const Model& target, const Mode
     forward(target, tcache, seq.data(), static_cast<Index>(seq.size() - 1), 0, scratch.data());
     forward(dm, dcache, seq.data(), static_cast<Index>(seq.size() - 1), 0, scratch.data(), {.layers = dl});
   }
-  const auto chain = make_chain(s);
-  if (chain.stateful())  // the draft and target distributions would need per-branch states
-    throw std::invalid_argument(
-        "llama2c: speculative decoding takes stateless sampling rules only (no --mirostat, "
-        "--min-new-tokens, --exp-decay or --begin-suppress)");
+  const auto chain = speculative_chain(s);
   const inferkit::CounterRng draft_rng(s.seed, 1), verify_rng(s.seed, 2);
   std::vector<TokenId> out;
   GenerateStats st;
@@ -92,6 +107,142 @@ inline std::vector<TokenId> generate_speculative(const Model& target, const Mode
       if (static_cast<Index>(out.size()) == steps) break;
       out.push_back(t);
       seq.push_back(t);
+    }
+  }
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (stats) *stats = st;
+  return out;
+}
+
+/// Budgets of token-tree drafts (generate --spec tree|ngram, --draft-k, --spec-nodes, --spec-top-k).
+struct TreeSpecOptions {
+  Index depth = 4;   ///< deepest draft token: DraftTreeOptions::max_depth, or NgramDrafterOptions::max_depth
+  Index nodes = 16;  ///< tree nodes verified per target pass, in [1, 64]
+  Index top_k = 4;   ///< tree: children of an expanded candidate and candidates expanded per depth
+};
+
+/// An EAGLE-2 dynamic tree (inferkit::DraftTreeBuilder) from the draft model `dm` (its first
+/// `dl` layers; -1 = all) after `seq`. The draft cache holds `dlen` tokens: it is fed the rest of
+/// `seq` (the root's distribution is its last row), then each depth's wave runs as tree rows over
+/// the candidates the wave's paths pass through (ForwardOptions::tree) and is truncated away, so
+/// the cache ends holding seq.size() - 1 tokens (dlen is updated).
+inline inferkit::TokenTree draft_token_tree(const Model& dm, Cache& dcache, int dl, const std::vector<TokenId>& seq,
+                                            Index& dlen, const TreeSpecOptions& o, std::vector<float>& logits) {
+  const Index V = dm.config().vocab_size, pos = static_cast<Index>(seq.size()) - 1,
+              fresh = static_cast<Index>(seq.size()) - dlen;
+  logits.resize(static_cast<std::size_t>(std::max<Index>(fresh, inferkit::TokenTree::kMaxNodes + 1) * V));
+  forward(dm, dcache, seq.data() + dlen, fresh, static_cast<std::int32_t>(dlen), logits.data(), {.layers = dl});
+  dcache.truncate(pos);
+  dlen = pos;
+  const auto probs = [&](Index row) {  // the draft's own distribution ranks the candidates
+    std::span<float> r(logits.data() + row * V, static_cast<std::size_t>(V));
+    log_softmax(r);
+    for (float& x : r) x = std::exp(x);
+    return r;
+  };
+  inferkit::DraftTreeBuilder b({.top_k = o.top_k, .expand_width = o.top_k, .max_depth = o.depth, .max_nodes = o.nodes},
+                               probs(fresh - 1));
+  for (auto wave = b.next_to_expand(); !wave.empty(); wave = b.next_to_expand()) {
+    // The wave and its ancestors, in candidate order (parents first), as tree rows.
+    std::vector<char> member(static_cast<std::size_t>(b.candidates()), 0);
+    for (Index c : wave)
+      for (Index a = c; a != inferkit::TokenTree::kRoot && !member[static_cast<std::size_t>(a)]; a = b.parent(a))
+        member[static_cast<std::size_t>(a)] = 1;
+    std::vector<Index> local(member.size(), -1), parents;
+    std::vector<TokenId> tokens;
+    for (Index c = 0; c < b.candidates(); ++c)
+      if (member[static_cast<std::size_t>(c)]) {
+        local[static_cast<std::size_t>(c)] = static_cast<Index>(tokens.size());
+        tokens.push_back(b.token(c));
+        parents.push_back(b.parent(c) == inferkit::TokenTree::kRoot ? inferkit::TokenTree::kRoot
+                                                                    : local[static_cast<std::size_t>(b.parent(c))]);
+      }
+    std::vector<Index> order;  // tree node j = member order[j]
+    const inferkit::TokenTree rows = inferkit::TokenTree::from_topological(tokens, parents, &order);
+    std::vector<Index> row_of(tokens.size());
+    for (std::size_t j = 0; j < order.size(); ++j)
+      row_of[static_cast<std::size_t>(order[j])] = static_cast<Index>(j) + 1;
+    std::vector<TokenId> fed{seq.back()};
+    fed.insert(fed.end(), rows.tokens().begin(), rows.tokens().end());
+    forward(dm, dcache, fed.data(), rows.size() + 1, static_cast<std::int32_t>(pos), logits.data(),
+            {.layers = dl, .tree = &rows});
+    dcache.truncate(pos);
+    for (Index c : wave) b.expand(c, probs(row_of[static_cast<std::size_t>(local[static_cast<std::size_t>(c)])]));
+  }
+  return b.build();
+}
+
+/// Speculative generation over token trees: each round drafts a tree (ngram: prompt lookup over
+/// the context, inferkit::NgramDrafter, no draft model; otherwise an EAGLE-2 tree from the draft
+/// model, or from the target's first `draft_layers` layers when `draft` is null), the target
+/// scores the root and every node in one pass of tree rows (tree attention), and verification
+/// keeps the target's distribution exactly: verify_tree_greedy at temperature 0 (the output then
+/// equals plain greedy generation), else verify_tree_deterministic (the children are top-k or
+/// lookup tokens, not samples). The accepted path's K/V rows are compacted in the target cache.
+inline std::vector<TokenId> generate_speculative_tree(const Model& target, const Model* draft, int draft_layers,
+                                                      bool ngram, const std::vector<TokenId>& prompt, Index steps,
+                                                      const TreeSpecOptions& o, const SamplingConfig& s,
+                                                      GenerateStats* stats = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Index V = target.config().vocab_size;
+  const Model* dm = ngram ? nullptr : draft ? draft : &target;
+  const int dl = draft ? -1 : draft_layers;
+  if (dm && dm->config().vocab_size != V)
+    throw std::invalid_argument("llama2c: --draft must have the target's vocabulary");
+  const auto chain = speculative_chain(s);
+  std::optional<Cache> dcache;
+  if (dm) {
+    Config dconf = dm->config();  // the draft's cache holds only the layers the draft runs
+    if (dl > 0) dconf.n_layers = dl;
+    dcache.emplace(dconf, CacheOptions{});
+  }
+  Cache tcache(target.config(), {});
+  std::vector<TokenId> seq = start_sequence(target.config(), prompt);
+  std::vector<float> logits(seq.size() * static_cast<std::size_t>(V)), p, draft_logits;
+  if (seq.size() > 1) forward(target, tcache, seq.data(), static_cast<Index>(seq.size() - 1), 0, logits.data());
+  inferkit::NgramDrafter drafter(
+      {.n_min = 1, .n_max = 4, .max_depth = o.depth, .max_branches = o.top_k, .max_nodes = o.nodes});
+  if (ngram) drafter.extend(seq);
+  const inferkit::CounterRng verify_rng(s.seed, 2);
+  std::uint64_t first_draw = 0;
+  Index dlen = 0;
+  std::vector<TokenId> out, hist;
+  GenerateStats st;
+  while (static_cast<Index>(out.size()) < steps) {
+    const Index pos = static_cast<Index>(seq.size()) - 1;  // the root: the last, unfed token
+    const inferkit::TokenTree tree =
+        ngram ? drafter.draft() : draft_token_tree(*dm, *dcache, dl, seq, dlen, o, draft_logits);
+    const Index n = tree.size() + 1;
+    std::vector<TokenId> fed{seq.back()};
+    fed.insert(fed.end(), tree.tokens().begin(), tree.tokens().end());
+    logits.resize(static_cast<std::size_t>(n * V));
+    forward(target, tcache, fed.data(), n, static_cast<std::int32_t>(pos), logits.data(), {.tree = &tree});
+    ++st.target_passes;
+    inferkit::VerifyResult r;
+    if (s.params.temperature == 0.0f) {
+      r = inferkit::verify_tree_greedy(tree, {logits.data(), n, V});
+    } else {
+      p.resize(logits.size());
+      for (Index u = 0; u < n; ++u) {  // the target's distribution after its root path, same processors
+        hist = seq;
+        const std::size_t at = hist.size();
+        for (Index a = u - 1; a != inferkit::TokenTree::kRoot; a = tree.parent(a))
+          hist.insert(hist.begin() + at, tree.token(a));
+        std::span<float> row(logits.data() + u * V, static_cast<std::size_t>(V));
+        chain.sample(row, last_n(hist, s.repeat_last_n), verify_rng, 0,
+                     std::span<float>(p.data() + u * V, static_cast<std::size_t>(V)));
+      }
+      r = inferkit::verify_tree_deterministic(tree, {p.data(), n, V}, verify_rng, first_draw);
+      first_draw += tree.draw_blocks();
+    }
+    st.drafted += tree.size();
+    st.accepted += r.accepted;
+    tcache.compact_tree(pos, r.path);  // the cache holds the root and the accepted drafts
+    for (TokenId t : r.tokens) {
+      if (static_cast<Index>(out.size()) == steps) break;
+      out.push_back(t);
+      seq.push_back(t);
+      if (ngram) drafter.push(t);
     }
   }
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
