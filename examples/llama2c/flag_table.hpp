@@ -406,9 +406,10 @@ inline const cli::FlagTable& flag_table() {
                .commands = G,
                .kind = ValueKind::kChoice,
                .default_value = "chain",
-               .help = "speculative drafts: chain (k sampled tokens of the draft), tree (an EAGLE-2 tree of the "
-                       "draft's top-k, verified in one pass of tree rows), ngram (prompt lookup over the context, "
-                       "no draft model)",
+               .help = "speculative drafts: chain (k sampled tokens of the draft), tree (verified in one pass of "
+                       "tree rows: an EAGLE-2 tree of the draft's top-k at temperature 0, --spec-top-k siblings "
+                       "sampled at each of --draft-k depths above it), ngram (prompt lookup over the context, no "
+                       "draft model)",
                .choices = {"chain", "tree", "ngram"},
                .group = "Decoding modes (at most one)"},
               {.name = "--spec-nodes",
@@ -425,8 +426,8 @@ inline const cli::FlagTable& flag_table() {
                .kind = ValueKind::kInteger,
                .metavar = "K",
                .default_value = "4",
-               .help = "--spec tree: children per expanded draft token and tokens expanded per depth; --spec "
-                       "ngram: earlier occurrences merged into the tree",
+               .help = "--spec tree: children per expanded draft token and tokens expanded per depth (sampled: "
+                       "siblings per depth); --spec ngram: earlier occurrences merged into the tree",
                .min = 1,
                .max = 8,
                .group = "Decoding modes (at most one)"},

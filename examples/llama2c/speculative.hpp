@@ -6,9 +6,9 @@
 // (self-speculative). Each model keeps its own dense cache, truncated to the accepted tokens
 // after every round.
 //
-// Token trees (generate --spec tree|ngram): a tree of drafts (the draft model's EAGLE-2 tree, or
-// prompt lookup over the context with no draft model) is scored by the target in one pass of
-// tree rows (tree attention), verified with the tree rules of sampling/tree_verify.hpp, and the
+// Token trees (generate --spec tree|ngram): a tree of drafts (the draft model's EAGLE-2 tree at
+// temperature 0, its sampled siblings above, or prompt lookup over the context with no draft model) is scored by the
+// target in one pass of tree rows (tree attention), verified with the tree rules of sampling/tree_verify.hpp, and the
 // accepted path's K/V rows are compacted in the target's cache (kv/tree_compaction.hpp).
 //
 //   const auto out = llama2c::generate_speculative(target, nullptr, 2, prompt, 64, 4, s);
@@ -172,13 +172,72 @@ inline inferkit::TokenTree draft_token_tree(const Model& dm, Cache& dcache, int 
   return b.build();
 }
 
+/// A sampled-sibling tree (SpecInfer, Miao et al. 2024: siblings drawn independently from the
+/// draft, verified by verify_tree's multi-step rule) from the draft `dm` after `seq`, for
+/// temperature > 0. The draft advances along the spine (each depth's first draw) as the chain
+/// does, and at each of `depth` depths draws `width` children i.i.d. from its distribution q
+/// after the sampling rules: child j at depth i takes draw seq.size() + i + j * 2^40 of `rng`, so
+/// with one child a depth the tree is generate_speculative()'s chain. `dtoks` lists the tokens
+/// the draft cache holds (their common prefix with seq is kept); q receives the rows in
+/// draft_row() order.
+inline inferkit::TokenTree draft_sampled_tree(const Model& dm, Cache& dcache, int dl, const std::vector<TokenId>& seq,
+                                              std::vector<TokenId>& dtoks, Index depth, Index width,
+                                              const inferkit::SamplerChain& chain, const SamplingConfig& s,
+                                              const inferkit::CounterRng& rng, std::vector<float>& q) {
+  const Index V = dm.config().vocab_size;
+  std::size_t keep = 0;
+  while (keep < dtoks.size() && keep + 1 < seq.size() && dtoks[keep] == seq[keep]) ++keep;
+  dcache.truncate(static_cast<Index>(keep));
+  std::vector<float> last(static_cast<std::size_t>(V)), row(last.size()), spine_q(static_cast<std::size_t>(depth * V));
+  // The tokens before the root in one chunk, the root alone (the chain's steps, bit for bit).
+  const Index before = static_cast<Index>(seq.size() - 1 - keep);
+  if (before > 0) {
+    std::vector<float> chunk(static_cast<std::size_t>(before * V));
+    forward(dm, dcache, seq.data() + keep, before, static_cast<std::int32_t>(keep), chunk.data(), {.layers = dl});
+  }
+  forward(dm, dcache, &seq.back(), 1, static_cast<std::int32_t>(seq.size() - 1), last.data(), {.layers = dl});
+  dtoks = seq;
+  std::vector<TokenId> tok, hist = seq;
+  std::vector<Index> par;
+  Index spine = inferkit::TokenTree::kRoot;
+  for (Index i = 0; i < depth; ++i) {
+    const std::uint64_t draw = seq.size() + static_cast<std::uint64_t>(i);
+    const Index first = static_cast<Index>(tok.size());
+    for (Index j = 0; j < width; ++j) {
+      std::copy(last.begin(), last.end(), row.begin());
+      tok.push_back(chain.sample(
+          row, last_n(hist, s.repeat_last_n), rng, draw + (static_cast<std::uint64_t>(j) << 40),
+          j == 0 ? std::span<float>(spine_q.data() + i * V, static_cast<std::size_t>(V)) : std::span<float>{}));
+      par.push_back(spine);
+    }
+    spine = first;
+    hist.push_back(tok[static_cast<std::size_t>(first)]);
+    if (i + 1 < depth) {  // the draft's distribution after the spine child
+      forward(dm, dcache, &hist.back(), 1, static_cast<std::int32_t>(hist.size() - 1), last.data(), {.layers = dl});
+      dtoks.push_back(hist.back());
+    }
+  }
+  std::vector<Index> order;  // tree node j = input node order[j]
+  const inferkit::TokenTree tree = inferkit::TokenTree::from_topological(tok, par, &order);
+  std::vector<Index> node_of(order.size());
+  for (std::size_t j = 0; j < order.size(); ++j) node_of[static_cast<std::size_t>(order[j])] = static_cast<Index>(j);
+  q.assign(static_cast<std::size_t>(tree.expanded_count() * V), 0.0f);
+  for (Index i = 0; i < depth; ++i) {  // depth i's children hang under the root or the spine node of depth i - 1
+    const Index position = i == 0 ? 0 : node_of[static_cast<std::size_t>((i - 1) * width)] + 1;
+    std::copy_n(spine_q.data() + i * V, V, q.data() + tree.draft_row(position) * V);
+  }
+  return tree;
+}
+
 /// Speculative generation over token trees: each round drafts a tree (ngram: prompt lookup over
-/// the context, inferkit::NgramDrafter, no draft model; otherwise an EAGLE-2 tree from the draft
-/// model, or from the target's first `draft_layers` layers when `draft` is null), the target
-/// scores the root and every node in one pass of tree rows (tree attention), and verification
-/// keeps the target's distribution exactly: verify_tree_greedy at temperature 0 (the output then
-/// equals plain greedy generation), else verify_tree_deterministic (the children are top-k or
-/// lookup tokens, not samples). The accepted path's K/V rows are compacted in the target cache.
+/// the context, inferkit::NgramDrafter, no draft model; otherwise from the draft model, or the
+/// target's first `draft_layers` layers when `draft` is null: at temperature 0 an EAGLE-2 tree of
+/// the draft's top-k, above it a sampled-sibling tree of min(depth, nodes / top_k) depths with
+/// top_k siblings each), the target scores the root and every node in one pass of tree rows (tree
+/// attention), and verification keeps the target's distribution exactly: verify_tree_greedy at
+/// temperature 0 (the output then equals plain greedy generation), verify_tree for sampled
+/// siblings, verify_tree_deterministic for lookup tokens. The accepted path's K/V rows are
+/// compacted in the target cache.
 inline std::vector<TokenId> generate_speculative_tree(const Model& target, const Model* draft, int draft_layers,
                                                       bool ngram, const std::vector<TokenId>& prompt, Index steps,
                                                       const TreeSpecOptions& o, const SamplingConfig& s,
@@ -203,15 +262,20 @@ inline std::vector<TokenId> generate_speculative_tree(const Model& target, const
   inferkit::NgramDrafter drafter(
       {.n_min = 1, .n_max = 4, .max_depth = o.depth, .max_branches = o.top_k, .max_nodes = o.nodes});
   if (ngram) drafter.extend(seq);
-  const inferkit::CounterRng verify_rng(s.seed, 2);
+  const inferkit::CounterRng draft_rng(s.seed, 1), verify_rng(s.seed, 2);
+  const bool sampled = !ngram && s.params.temperature > 0.0f;
+  const Index width = o.top_k, depth = std::min<Index>(o.depth, std::max<Index>(1, o.nodes / o.top_k));
   std::uint64_t first_draw = 0;
   Index dlen = 0;
-  std::vector<TokenId> out, hist;
+  std::vector<TokenId> out, hist, dtoks;
+  std::vector<float> q;
   GenerateStats st;
   while (static_cast<Index>(out.size()) < steps) {
     const Index pos = static_cast<Index>(seq.size()) - 1;  // the root: the last, unfed token
     const inferkit::TokenTree tree =
-        ngram ? drafter.draft() : draft_token_tree(*dm, *dcache, dl, seq, dlen, o, draft_logits);
+        ngram     ? drafter.draft()
+        : sampled ? draft_sampled_tree(*dm, *dcache, dl, seq, dtoks, depth, width, chain, s, draft_rng, q)
+                  : draft_token_tree(*dm, *dcache, dl, seq, dlen, o, draft_logits);
     const Index n = tree.size() + 1;
     std::vector<TokenId> fed{seq.back()};
     fed.insert(fed.end(), tree.tokens().begin(), tree.tokens().end());
@@ -232,8 +296,13 @@ inline std::vector<TokenId> generate_speculative_tree(const Model& target, const
         chain.sample(row, last_n(hist, s.repeat_last_n), verify_rng, 0,
                      std::span<float>(p.data() + u * V, static_cast<std::size_t>(V)));
       }
-      r = inferkit::verify_tree_deterministic(tree, {p.data(), n, V}, verify_rng, first_draw);
-      first_draw += tree.draw_blocks();
+      if (sampled) {  // draws as the chain's: the blocks of a round start at pos * (depth + 1) * width
+        r = inferkit::verify_tree(tree, {q.data(), tree.expanded_count(), V}, {p.data(), n, V}, verify_rng,
+                                  static_cast<std::uint64_t>(pos) * static_cast<std::uint64_t>((depth + 1) * width));
+      } else {
+        r = inferkit::verify_tree_deterministic(tree, {p.data(), n, V}, verify_rng, first_draw);
+        first_draw += tree.draw_blocks();
+      }
     }
     st.drafted += tree.size();
     st.accepted += r.accepted;

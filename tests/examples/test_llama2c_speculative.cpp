@@ -2,8 +2,9 @@
 // generate_speculative_tree: --spec tree / ngram): at temperature 0 the ids equal plain greedy
 // generation (the independent reference: llama2c::generate without speculation); at temperature
 // 0.8 the first two emitted tokens follow the target's distribution (chi-square against fp64
-// softmaxes of plain forward passes), and the ids are reproducible and independent of the
-// thread count.
+// softmaxes of plain forward passes), a sampled tree with one child per depth is the chain of
+// generate_speculative (the other code path), and the ids are reproducible and independent of
+// the thread count.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -177,6 +178,34 @@ TEST_CASE("tree and n-gram speculation at temperature 0.8: same seed, same ids, 
     CHECK(llama2c::generate_speculative_tree(target, nullptr, 1, ngram, prompt, 80, {}, s) != one);
     s.seed = 7;
   }
+}
+
+TEST_CASE("sampled-sibling trees with one child per depth are the chain, draw for draw", "[example][llama2c]") {
+  // The chain (generate_speculative: verify_draft) is the one-branch tree of verify_tree, and the
+  // sampled tree's first child at each depth takes the chain's draft draw.
+  const auto target = random_model(3, 300, 51);
+  const auto other = random_model(2, 300, 52);
+  llama2c::SamplingConfig s;
+  s.params.temperature = 0.8f;
+  s.params.top_k = 40;
+  s.seed = 9;
+  const std::vector<TokenId> prompt{5, 9, 42};
+  for (Index k : {1, 3, 5}) {
+    INFO("k " << k);
+    llama2c::GenerateStats a, b;
+    CHECK(llama2c::generate_speculative(target, nullptr, 1, prompt, 80, k, s, &a) ==
+          llama2c::generate_speculative_tree(target, nullptr, 1, false, prompt, 80, {k, 64, 1}, s, &b));
+    CHECK(a.target_passes == b.target_passes);
+    CHECK(a.accepted == b.accepted);
+    CHECK(llama2c::generate_speculative(target, &other, 0, prompt, 80, k, s) ==
+          llama2c::generate_speculative_tree(target, &other, 0, false, prompt, 80, {k, 64, 1}, s));
+  }
+  // More siblings accept more drafts per pass with the same draft (the draft is the target's
+  // first layer: its own distribution differs from the target's).
+  llama2c::GenerateStats chain, tree;
+  llama2c::generate_speculative(target, nullptr, 1, prompt, 200, 4, s, &chain);
+  llama2c::generate_speculative_tree(target, nullptr, 1, false, prompt, 200, {4, 64, 4}, s, &tree);
+  CHECK(tree.target_passes < chain.target_passes);
 }
 
 #if defined(INFERKIT_LLAMA2C_BINARY)
