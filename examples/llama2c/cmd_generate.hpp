@@ -158,7 +158,7 @@ inline int cmd_generate(const cli::Flags& a) {
   const auto prompt = a.has("--prompt")
                           ? text->encode(a.text("--prompt"))
                           : parse_ids(a.has("--prompt-ids") ? a.text("--prompt-ids") : "", "--prompt-ids");
-  const bool speculative = a.has("--draft") || a.has("--draft-layers");
+  const bool speculative = a.has("--draft") || a.has("--draft-layers") || a.holds("--spec=ngram");
   const double copies = a.has("--beams") ? 2.0 * double(a.integer("--beams")) : speculative ? 2.0 : 1.0;
   check_generation_fits(model.config(), prompt.size(), steps, copies);  // beams: parents' and children's caches
   if (a.has("--beams")) check_beams_fit(model.config(), a.integer("--beams"));
@@ -191,10 +191,19 @@ inline int cmd_generate(const cli::Flags& a) {
     if (!draft && layers > model.config().n_layers)
       throw std::invalid_argument("--draft-layers = " + std::to_string(layers) + " is invalid: must be in [1, " +
                                   std::to_string(model.config().n_layers) + "] (the target's layers)");
-    out = generate_speculative(model, draft ? &*draft : nullptr, static_cast<int>(layers), prompt, steps, k, s, &st);
-    std::fprintf(stderr, "speculative: acceptance %.3f, tokens per target pass %.2f (k = %ld)\n",
-                 st.drafted ? double(st.accepted) / double(st.drafted) : 0.0,
-                 st.target_passes ? double(out.size()) / double(st.target_passes) : 0.0, static_cast<long>(k));
+    const std::string spec = a.text("--spec");
+    if (spec == "chain")
+      out = generate_speculative(model, draft ? &*draft : nullptr, static_cast<int>(layers), prompt, steps, k, s, &st);
+    else
+      out = generate_speculative_tree(
+          model, draft ? &*draft : nullptr, static_cast<int>(layers), spec == "ngram", prompt, steps,
+          {.depth = k, .nodes = a.integer("--spec-nodes"), .top_k = a.integer("--spec-top-k")}, s, &st);
+    std::fprintf(stderr,
+                 "speculative (%s): acceptance %.3f, tokens per target pass %.2f (k = %ld, %ld target passes, "
+                 "%ld drafts, %ld accepted)\n",
+                 spec.c_str(), st.drafted ? double(st.accepted) / double(st.drafted) : 0.0,
+                 st.target_passes ? double(out.size()) / double(st.target_passes) : 0.0, static_cast<long>(k),
+                 static_cast<long>(st.target_passes), static_cast<long>(st.drafted), static_cast<long>(st.accepted));
   } else if (a.has("--context-parallel") || a.has("--expert-parallel")) {
 #ifdef INFERKIT_LLAMA2C_MPI
     out = generate_distributed(a, model, prompt, steps, s, st);

@@ -35,7 +35,8 @@ inline const cli::FlagTable& flag_table() {
                           B = kBench, Q = kQuantize;
   // Decoding modes of generate besides plain sampling (at most one; most features run with
   // plain sampling only).
-  const std::vector<std::string_view> modes = {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers"};
+  const std::vector<std::string_view> modes = {"--prompts", "--beams",        "--contrastive",
+                                               "--draft",   "--draft-layers", "--spec=ngram"};
   static const cli::FlagTable table{
       .program = "inferkit-llama2c",
       .description =
@@ -412,6 +413,35 @@ inline const cli::FlagTable& flag_table() {
                .help = "speculative decoding: tokens drafted per round",
                .min = 1,
                .max = 7,
+               .group = "Decoding modes (at most one)"},
+              {.name = "--spec",
+               .commands = G,
+               .kind = ValueKind::kChoice,
+               .default_value = "chain",
+               .help = "speculative drafts: chain (k sampled tokens of the draft), tree (verified in one pass of "
+                       "tree rows: an EAGLE-2 tree of the draft's top-k at temperature 0, --spec-top-k siblings "
+                       "sampled at each of --draft-k depths above it), ngram (prompt lookup over the context, no "
+                       "draft model)",
+               .choices = {"chain", "tree", "ngram"},
+               .group = "Decoding modes (at most one)"},
+              {.name = "--spec-nodes",
+               .commands = G,
+               .kind = ValueKind::kInteger,
+               .metavar = "N",
+               .default_value = "16",
+               .help = "--spec tree / ngram: draft tokens verified per target pass",
+               .min = 1,
+               .max = 64,
+               .group = "Decoding modes (at most one)"},
+              {.name = "--spec-top-k",
+               .commands = G,
+               .kind = ValueKind::kInteger,
+               .metavar = "K",
+               .default_value = "4",
+               .help = "--spec tree: children per expanded draft token and tokens expanded per depth (sampled: "
+                       "siblings per depth); --spec ngram: earlier occurrences merged into the tree",
+               .min = 1,
+               .max = 8,
                .group = "Decoding modes (at most one)"},
               {.name = "--prompts",
                .commands = G,
@@ -917,7 +947,16 @@ inline const cli::FlagTable& flag_table() {
               {.commands = G,
                .kind = RuleKind::kNeedsOneOf,
                .flags = {"--draft-k"},
-               .others = {"--draft", "--draft-layers"}},
+               .others = {"--draft", "--draft-layers", "--spec=ngram"}},
+              {.commands = G,
+               .kind = RuleKind::kNeedsOneOf,
+               .flags = {"--spec=chain", "--spec=tree"},
+               .others = {"--draft", "--draft-layers"},
+               .message = "{flag} needs --draft or --draft-layers (the draft model; --spec ngram needs none)"},
+              {.commands = G,
+               .kind = RuleKind::kNeedsOneOf,
+               .flags = {"--spec-nodes", "--spec-top-k"},
+               .others = {"--spec=tree", "--spec=ngram"}},
               {.commands = G,
                .kind = RuleKind::kNeeds,
                .flags = {"--page-size", "--kv-quant", "--kv-quant-k", "--kv-quant-v"},
@@ -963,8 +1002,8 @@ inline const cli::FlagTable& flag_table() {
               {.commands = G,
                .kind = RuleKind::kExcludes,
                .flags = {"--steer-pos"},
-               .others = {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--context-parallel",
-                          "--expert-parallel"},
+               .others = {"--prompts", "--beams", "--contrastive", "--draft", "--draft-layers", "--spec=ngram",
+                          "--context-parallel", "--expert-parallel"},
                .message = "steering works with plain sampling only, not with {other}"},
               // eval
               {.commands = E, .kind = RuleKind::kNeeds, .flags = {"--page-size"}, .others = {"--cache=paged"}},

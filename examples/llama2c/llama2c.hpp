@@ -26,6 +26,7 @@
 #include <optional>
 #include <ostream>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -691,6 +692,43 @@ class Cache {
         impl_);
   }
 
+  /// out = tree attention (inferkit::tree_attention) of a token tree's rows, whose K/V follow the
+  /// cached `prefix` in tree-position order: row u sees the prefix and its own root path. Float
+  /// dense and paged caches only (a quantized cache takes a tree's rows only once verified).
+  void attend_tree(Index layer, const float* q, float* out, Index rows, Index heads, Index head, Index prefix,
+                   std::span<const Index> parents, double flops) const {
+    if (opt_.shard) throw std::invalid_argument("llama2c: token-tree rows do not work with context parallelism");
+    std::visit(
+        [&](const auto& c) {
+          using C = std::decay_t<decltype(c)>;
+          if constexpr (std::is_same_v<C, inferkit::DenseKvCache<float>> ||
+                        std::is_same_v<C, inferkit::BlockTable<float>>) {
+            inferkit::AttentionOptions ao;
+            ao.num_threads = threads_for(flops);
+            ao.batch_invariant = opt_.batch_invariant;
+            inferkit::tree_attention(inferkit::Tensor3View<const float>(q, rows, heads, head), c.source(layer), prefix,
+                                     parents, inferkit::Tensor3View<float>(out, rows, heads, head), ao);
+          } else {
+            throw std::invalid_argument("llama2c: token-tree rows need a float dense or paged KV cache");
+          }
+        },
+        impl_);
+  }
+
+  /// Keeps the cached prefix, the tree's root row and the rows of the accepted nodes (a root path,
+  /// VerifyResult::path) at consecutive positions, dropping the rejected rows
+  /// (inferkit::compact_tree_path). Throws std::runtime_error when a paged cache's pool runs out.
+  void compact_tree(Index prefix, std::span<const Index> accepted_nodes) {
+    if (auto* d = std::get_if<inferkit::DenseKvCache<float>>(&impl_))
+      return inferkit::compact_tree_path(*d, prefix, accepted_nodes);
+    if (auto* t = std::get_if<inferkit::BlockTable<float>>(&impl_)) {
+      if (!inferkit::compact_tree_path(*t, prefix, accepted_nodes))
+        throw std::runtime_error("llama2c: the block pool is exhausted (token-tree compaction)");
+      return;
+    }
+    throw std::invalid_argument("llama2c: token-tree compaction needs a float dense or paged KV cache");
+  }
+
   /// The paged cache's block table (kPaged only; T = QuantizedKv over a quant_pool).
   template <class T = float>
   inferkit::BlockTable<T>& table() {
@@ -796,6 +834,12 @@ struct ForwardOptions {
   /// one matrix-vector product per token (float weights without a ProjectionHook; the dense
   /// FFN). The logits then differ from the one-token steps by rounding only.
   bool batched = false;
+  /// Token-tree rows (speculative verification): the n tokens are the tree's root (the last
+  /// context token) then its nodes in depth-first order (n = tree->size() + 1); row u sits at
+  /// position pos + depth(u) and attends the cache's first `pos` tokens plus its own root path
+  /// (Cache::attend_tree). The rows' K/V stay in the cache after the prefix, in row order, until
+  /// Cache::compact_tree() keeps the accepted path.
+  const inferkit::TokenTree* tree = nullptr;
 };
 
 /// Runs `n` consecutive tokens starting at position `pos` through the model (options.layers of
@@ -821,8 +865,17 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
       h1(c.moe() ? 0 : n, c.hidden_dim), h3(c.moe() ? 0 : n, c.hidden_dim);
   Eigen::RowVectorXf tmp(D);
   for (Index t = 0; t < n; ++t) m.embed(tokens[t], x.row(t).data());
+  const inferkit::TokenTree* tree = options.tree;
+  if (tree && (n != tree->size() + 1 || cache.rotates_on_read()))
+    throw std::invalid_argument(
+        "llama2c: ForwardOptions::tree needs n = tree nodes + 1 = " + std::to_string(tree->size() + 1) + " rows (got " +
+        std::to_string(n) + ") and a cache storing rotated keys");
+  const std::vector<Index> parents =
+      tree ? std::vector<Index>(tree->parents().begin(), tree->parents().end()) : std::vector<Index>{};
   std::vector<std::int32_t> positions(static_cast<std::size_t>(n));
-  for (Index t = 0; t < n; ++t) positions[static_cast<std::size_t>(t)] = pos + static_cast<std::int32_t>(t);
+  for (Index t = 0; t < n; ++t)
+    positions[static_cast<std::size_t>(t)] =
+        pos + static_cast<std::int32_t>(tree ? (t == 0 ? 0 : tree->depth(t - 1)) : t);
   const inferkit::RopeOptions rope = c.rope();
   const bool gemm = options.batched && n > 1 && !m.projections();
   RowMatrix o(gemm ? n : 0, D);
@@ -860,9 +913,13 @@ inline void forward(const Model& m, Cache& cache, const TokenId* tokens, Index n
     std::vector<std::int32_t> qpos(static_cast<std::size_t>(n));
     const std::int32_t last = cache.query_position(l, pos + static_cast<std::int32_t>(n - 1));
     for (Index t = 0; t < n; ++t) qpos[static_cast<std::size_t>(t)] = last - static_cast<std::int32_t>(n - 1 - t);
+    if (tree) qpos = positions;  // tree rows: prefix + depth
     inferkit::apply_rope(inferkit::Tensor3View<float>(q.data(), n, c.n_heads, hs), qpos, rope);
-    cache.attend(l, q.data(), att.data(), n, c.n_heads, hs,
-                 4.0 * double(n) * double(pos + n) * double(c.q_dim()));  // QK^T and PV flops
+    const double attn_flops = 4.0 * double(n) * double(pos + n) * double(c.q_dim());  // QK^T and PV
+    if (tree)
+      cache.attend_tree(l, q.data(), att.data(), n, c.n_heads, hs, pos, parents, attn_flops);
+    else
+      cache.attend(l, q.data(), att.data(), n, c.n_heads, hs, attn_flops);
     if (gemm && !c.moe()) {
       project_rows(Proj::kO, l, att, o);
       x += o;

@@ -62,6 +62,9 @@ std::set<std::string> old_generate() {
                    "--draft",
                    "--draft-layers",
                    "--draft-k",
+                   "--spec",  // added with token trees and n-gram drafts (issue 31)
+                   "--spec-nodes",
+                   "--spec-top-k",
                    "--prompts",
                    "--page-size",
                    "--prompt",
@@ -330,7 +333,7 @@ TEST_CASE("flag parser: every bad command line names the flag and the value", "[
              Contains("give --prompt or --prompt-ids, not both"));
   CHECK_THAT(parse_error("generate", m + "--steer-layer 1"), Contains("--steer-layer needs"));  // needs
   CHECK_THAT(parse_error("generate", m + "--draft-k 3"),
-             Contains("--draft-k needs --draft or --draft-layers"));  // one of
+             Contains("--draft-k needs --draft, --draft-layers or --spec ngram"));  // one of
   CHECK_THAT(
       parse_error("generate", m + "--beams 2 --contrastive 3"),
       Contains("--beams and --contrastive exclude each other (generate runs one decoding mode)"));  // at most one

@@ -119,7 +119,7 @@ TEST_CASE("llama2c CLI: the decoding-rule flags run reproducibly and reject bad 
       {"--sequence-bias '1 2'", "--sequence-bias: '1 2' is not IDS=BIAS"},
       {"--epsilon-cutoff 1", "epsilon_cutoff = 1"},
       {"--sampler-order random", "--sampler-order = 'random'"},
-      {"--mirostat 2 --draft-layers 1", "speculative decoding takes stateless sampling rules only"},
+      {"--mirostat 2 --draft-layers 1", "which --mirostat's mu cannot be"},
   };
   for (const auto& [flags, message] : bad) {
     INFO(flags);
