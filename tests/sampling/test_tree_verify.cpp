@@ -167,7 +167,7 @@ void check_two_token_joint(Variant variant, std::size_t v, unsigned seed) {
 }  // namespace
 
 TEST_CASE("chains through the tree code give the results of the chain verifier before trees",
-          "[sampling][tree_verify]") {
+          "[sampling][tree_verify][heavy]") {
   CHECK(chain_outcome_hash(0) == 0x77cfe1abd59f5ac3ull);  // verify_draft
   CHECK(chain_outcome_hash(1) == 0xa1cc942ec2f39855ull);  // verify_point_mass_draft
   CHECK(chain_outcome_hash(2) == 0x883bd4ebc9d97289ull);  // verify_greedy
