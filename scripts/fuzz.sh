@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 target=${1:-all}
 seconds=${2:-20}
-all_targets=(fuzz_llama2c fuzz_quant_codec fuzz_sampler_chain fuzz_speculative fuzz_prefix_trie fuzz_attention_options fuzz_trace fuzz_gguf fuzz_tokenizer fuzz_detokenizer fuzz_ggml_weights fuzz_gbnf fuzz_json_schema fuzz_grammar_matcher)
+all_targets=(fuzz_llama2c fuzz_quant_codec fuzz_sampler_chain fuzz_speculative fuzz_prefix_trie fuzz_attention_options fuzz_trace fuzz_gguf fuzz_gguf_model fuzz_tokenizer fuzz_detokenizer fuzz_ggml_weights fuzz_gbnf fuzz_json_schema fuzz_grammar_matcher)
 if [ "$target" = all ]; then
   targets=("${all_targets[@]}")
 else
