@@ -70,7 +70,7 @@ struct TraceOptions {
   const Tokenizer* tokenizer = nullptr;  ///< encodes `prompt` text (a text prompt without one is an error)
   std::size_t max_prompt_tokens = std::size_t{1} << 20;  ///< longest prompt accepted
   /// The model's token bytes (grammar_trie()): a grammar or json_schema field needs it.
-  std::shared_ptr<const inferkit::TokenTrie> grammar_trie;
+  std::shared_ptr<const inferkit::TokenTrie> grammar_trie{};
 };
 
 namespace detail {
