@@ -34,7 +34,7 @@ struct SamplingConfig {
   inferkit::AttentionArithmetic arithmetic = inferkit::AttentionArithmetic::kExact;  // --attn-arith
   bool llama_cpp_order = false;  // llama.cpp's preset instead of inferkit's (= Hugging Face's) order
   // --grammar / --json-schema (grammar_flags.hpp): the grammar stage runs first in the chain.
-  std::shared_ptr<const inferkit::TokenMasker> grammar;
+  std::shared_ptr<const inferkit::TokenMasker> grammar{};
 };
 
 /// The sort-based reference of the default chain (the naive baseline of the benchmarks).

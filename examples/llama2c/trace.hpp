@@ -74,7 +74,7 @@ struct TraceOptions {
   TokenId bos = kBos;               ///< put before a text prompt's ids (Config::bos); -1: none
   std::size_t max_prompt_tokens = std::size_t{1} << 20;  ///< longest prompt accepted
   /// The model's token bytes (grammar_trie()): a grammar or json_schema field needs it.
-  std::shared_ptr<const inferkit::TokenTrie> grammar_trie;
+  std::shared_ptr<const inferkit::TokenTrie> grammar_trie{};
 };
 
 namespace detail {

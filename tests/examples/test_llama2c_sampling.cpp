@@ -101,7 +101,9 @@ TEST_CASE("llama2c CLI: the decoding-rule flags run reproducibly and reject bad 
         "--dynatemp-range 0.5 --dynatemp-exp 1.5 --top-n-sigma 1.5 --epsilon-cutoff 3e-4 --eta-cutoff 2e-3",
         "--min-new-tokens 4 --exp-decay 10:1.2 --bad-words '2;5 6' --sequence-bias '1 2=-2;9=1.5' --begin-suppress '2 "
         "3'",
-        "--top-p 0"}) {
+        "--top-p 0",
+        // speculative decoding with the rules that count generated tokens (SamplerChain::rollback)
+        "--draft-layers 1 --temperature 0.9 --min-new-tokens 4 --exp-decay 10:1.2 --begin-suppress '2 3'"}) {
     INFO(flags);
     const auto [status, out] = run_cli(base + flags);
     REQUIRE(status == 0);
@@ -119,7 +121,7 @@ TEST_CASE("llama2c CLI: the decoding-rule flags run reproducibly and reject bad 
       {"--sequence-bias '1 2'", "--sequence-bias: '1 2' is not IDS=BIAS"},
       {"--epsilon-cutoff 1", "epsilon_cutoff = 1"},
       {"--sampler-order random", "--sampler-order = 'random'"},
-      {"--mirostat 2 --draft-layers 1", "which --mirostat's mu cannot be"},
+      {"--mirostat 2 --draft-layers 1", "which --mirostat's mu cannot be"},  // its mu cannot be rolled back
   };
   for (const auto& [flags, message] : bad) {
     INFO(flags);
