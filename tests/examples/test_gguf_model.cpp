@@ -450,6 +450,29 @@ TEST_CASE("GGUF models: an unknown architecture and an unsupported tensor type a
     std::filesystem::remove(src);
     std::filesystem::remove(src);
   }
+  SECTION("a header asking for more than the file holds: refused before anything is allocated") {
+    // Each case sets one key of a valid 2-layer file; the model would need gigabytes.
+    const Tiny t = make_tiny({}, 9);
+    const std::string src = temp_path("header_src.gguf"), path = temp_path("header.gguf");
+    write_tiny(t, src);
+    const std::vector<std::tuple<std::string, std::uint32_t, std::string>> cases = {
+        {"llama.block_count", 1u << 28, "llama.block_count = 268435456 needs 9 tensors a layer"},
+        {"llama.context_length", 1u << 30, "llama.context_length = 1073741824 is invalid for a float model"},
+        {"llama.embedding_length", 1u << 20, "tensor 'token_embd.weight' has dims {32, 40"},
+        {"llama.feed_forward_length", 1u << 30, "tensor 'blk.0.ffn_gate.weight' has dims {32, 48"}};
+    for (const auto& [key, value, message] : cases) {
+      INFO(key);
+      {
+        const auto file = inferkit::GgufFile::open(src);
+        inferkit::GgufWriter w = inferkit::GgufWriter::from(file);
+        w.set<std::uint32_t>(key, value);
+        w.write(path);
+      }
+      CHECK_THROWS_WITH(llama2c::Model::load_any(path), Catch::Contains(message));
+    }
+    std::filesystem::remove(path);
+    std::filesystem::remove(src);
+  }
 }
 
 namespace {
