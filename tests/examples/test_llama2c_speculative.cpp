@@ -100,7 +100,7 @@ TEST_CASE("tree speculation on stories260K: greedy ids equal plain greedy for ch
 }
 
 TEST_CASE("tree and n-gram speculation at temperature 0.8: the first two tokens follow the target",
-          "[example][llama2c]") {
+          "[example][llama2c][statistics]") {
   // A 12-token vocabulary: chi-square over the 144 (t1, t2) cells. The draft is the target's
   // first layer (tree) or prompt lookup over a prompt of repeats (ngram), so drafts are accepted
   // and rejected.
