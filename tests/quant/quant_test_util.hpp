@@ -11,8 +11,16 @@
 
 #include "inferkit/core/half.hpp"
 #include "inferkit/core/view.hpp"
+#include "inferkit/quant/kernel_path.hpp"
 
 namespace quant_test {
+
+// Every kernel this build can run, then kAuto (the dispatcher's choice).
+inline std::vector<inferkit::QuantKernel> kernels_and_auto() {
+  auto k = inferkit::available_quant_kernels();
+  k.push_back(inferkit::QuantKernel::kAuto);
+  return k;
+}
 
 using inferkit::Index;
 

@@ -10,12 +10,6 @@ using quant_test::Mat;
 
 namespace {
 
-std::vector<inferkit::QuantKernel> kernels() {
-  auto k = inferkit::available_quant_kernels();
-  k.push_back(inferkit::QuantKernel::kAuto);
-  return k;
-}
-
 // The W8A8 result written out: activation codes from the reference rule (outlier columns set
 // to zero and left out of the scale), exact integer sums, the float epilogue, then the
 // outlier columns' fp32 contributions in ascending order.
@@ -84,7 +78,7 @@ TEST_CASE("W8A8 matmul equals the written-out integer product on every path, tai
       for (bool per_tensor : {false, true}) {
         const auto ref = reference_w8a8(x, q, per_tensor, {}, nullptr);
         const auto exact = quant_test::product(x, w);
-        for (auto k : kernels()) {
+        for (auto k : quant_test::kernels_and_auto()) {
           INFO(M << " x " << N << " x " << K << (per_tensor ? " per-tensor" : " per-token") << " on "
                  << inferkit::quant_kernel_name(k));
           Mat y(M, N, -7.0f);
@@ -122,7 +116,7 @@ TEST_CASE("LLM.int8 decomposition: outlier columns run in fp32 against float wei
   for (bool use_float : {true, false}) {
     std::vector<double> mag;
     const auto ref = reference_w8a8(x, q, false, cols, use_float ? &w : nullptr, &mag);
-    for (auto k : kernels()) {
+    for (auto k : quant_test::kernels_and_auto()) {
       INFO((use_float ? "float" : "dequantized") << " outlier weights on " << inferkit::quant_kernel_name(k));
       Mat y(M, N);
       inferkit::OutlierOptions o;

@@ -13,12 +13,6 @@ namespace {
 const std::vector<std::pair<long, long>> kShapes = {{1, 1},   {3, 5},    {17, 33},  {40, 130},
                                                     {16, 64}, {33, 257}, {70, 1000}};
 
-std::vector<inferkit::QuantKernel> kernels() {
-  auto k = inferkit::available_quant_kernels();
-  k.push_back(inferkit::QuantKernel::kAuto);
-  return k;
-}
-
 // Activations with a wide dynamic range and exact zeros.
 std::vector<float> activations(long n, unsigned seed) {
   Mat x = quant_test::normal(1, n, seed, 1.0f);
@@ -34,7 +28,7 @@ TEST_CASE("int8 matvec, float activations: fp64 reference on every path", "[quan
     const Mat w = quant_test::normal(rows, cols, 3, 0.2f);
     const inferkit::Int8Weights q(w.view());
     const auto x = activations(cols, 4);
-    for (auto k : kernels()) {
+    for (auto k : quant_test::kernels_and_auto()) {
       INFO(rows << " x " << cols << " on " << inferkit::quant_kernel_name(k));
       std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
       inferkit::matvec(q, x, y, {.kernel = k});
@@ -65,7 +59,7 @@ TEST_CASE("int4 matvec, float activations: fp64 reference on every path", "[quan
         const Mat w = quant_test::normal(rows, cols, 5, 0.2f);
         const inferkit::Int4Weights q(w.view(), {gs, sym});
         const auto x = activations(cols, 6);
-        for (auto k : kernels()) {
+        for (auto k : quant_test::kernels_and_auto()) {
           INFO(rows << " x " << cols << " group " << gs << (sym ? " sym" : " asym") << " on "
                     << inferkit::quant_kernel_name(k));
           std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
@@ -102,7 +96,7 @@ TEST_CASE("int4 matvec, int8 activations per 32-block: reference of the block fo
             qx[static_cast<std::size_t>(k0 + i)] =
                 quant_test::sym_code(x[static_cast<std::size_t>(k0 + i)], d[static_cast<std::size_t>(b)], 127);
         }
-        for (auto k : kernels()) {
+        for (auto k : quant_test::kernels_and_auto()) {
           INFO(rows << " x " << cols << " group " << gs << (sym ? " sym" : " asym") << " on "
                     << inferkit::quant_kernel_name(k));
           std::vector<float> y(static_cast<std::size_t>(rows), -1.0f);
@@ -138,7 +132,7 @@ TEST_CASE("int8 matvec with int8 activations equals the one-row W8A8 product", "
   const auto x = activations(150, 13);
   const float sx = quant_test::amax(x.data(), 150) / 127.0f;
   const auto qx = quant_test::quantize_row(x.data(), 150, sx);
-  for (auto k : kernels()) {
+  for (auto k : quant_test::kernels_and_auto()) {
     std::vector<float> y(37);
     inferkit::matvec(q, x, y, {.activations = inferkit::ActivationFormat::kInt8, .kernel = k});
     for (long n = 0; n < 37; ++n) {

@@ -21,7 +21,7 @@ using inferkit::TokenTree;
 
 namespace {
 
-constexpr int kVocab = 16;
+constexpr int kTreeVocab = 16;
 
 // The fake model over tree rows: row 0 (the root, the last fed token) reads h from the cache
 // row before it; node i reads its parent's row, which this pass wrote at slot position + parent
@@ -57,7 +57,7 @@ std::pair<std::vector<TokenId>, Index> run_tree_row(inferkit::BlockPool<float>& 
   std::vector<TokenId> out;
   Index pos = 0;  // tree position
   for (Index depth = 0;; ++depth) {
-    const TokenId t = test::next_token(h[static_cast<std::size_t>(pos)], s.seed, s.draw_index + depth, kVocab);
+    const TokenId t = test::next_token(h[static_cast<std::size_t>(pos)], s.seed, s.draw_index + depth, kTreeVocab);
     out.push_back(t);
     Index next = -1;
     for (Index c = tree.first_child(pos); c >= 0; c = tree.next_sibling(c))
@@ -87,7 +87,7 @@ TokenTree random_tree(std::mt19937& rng, const std::vector<TokenId>& truth) {
     const Index parent =
         tok.empty() || uni(0, 2) == 0 ? TokenTree::kRoot : static_cast<Index>(uni(0, int(tok.size()) - 1));
     const auto used = child_tokens(parent);
-    const TokenId t = static_cast<TokenId>(uni(0, kVocab - 1));
+    const TokenId t = static_cast<TokenId>(uni(0, kTreeVocab - 1));
     if (used.count(t) == 0 && tok.size() < 60) {
       tok.push_back(t);
       par.push_back(parent);
@@ -113,7 +113,7 @@ TokenTree random_tree(std::mt19937& rng, const std::vector<TokenId>& truth) {
   return TokenTree::from_topological(tok, par);
 }
 
-struct Tracked {
+struct TreeRequest {
   inferkit::RequestParams params;
   test::SoloResult solo;
 };
@@ -133,19 +133,19 @@ void run_soak(bool use_trie, Index blocks, std::uint32_t seed) {
   const auto uni = [&](int a, int b) { return std::uniform_int_distribution<int>(a, b)(rng); };
   const Index page = 4;
   test::ServeHarness h(page, blocks, {.max_batched_tokens = 48, .max_sequences = 4}, use_trie);
-  std::map<RequestId, Tracked> live;
+  std::map<RequestId, TreeRequest> live;
   std::vector<std::vector<TokenId>> systems{{3, 1, 4, 1, 5, 9, 2}, {2, 7, 1, 8, 2, 8}};
   Index tree_rows = 0, accepted = 0, compacted = 0;
   for (int step = 0; step < 600; ++step) {
     if (step < 400 && uni(0, 2) == 0) {
       inferkit::RequestParams p;
       p.prompt = systems[static_cast<std::size_t>(uni(0, 1))];
-      for (int i = uni(0, 5); i > 0; --i) p.prompt.push_back(static_cast<TokenId>(uni(0, kVocab - 1)));
+      for (int i = uni(0, 5); i > 0; --i) p.prompt.push_back(static_cast<TokenId>(uni(0, kTreeVocab - 1)));
       p.max_new_tokens = uni(1, 20);
       p.seed = rng();
       if (h.sched.blocks_needed(static_cast<Index>(p.prompt.size()), p.max_new_tokens) <= blocks) {
         const RequestId id = h.add(p);
-        live.emplace(id, Tracked{p, test::serve_alone(p, kVocab)});
+        live.emplace(id, TreeRequest{p, test::serve_alone(p, kTreeVocab)});
       }
     }
     if (step >= 400 && h.sched.idle()) break;
@@ -169,7 +169,7 @@ void run_soak(bool use_trie, Index blocks, std::uint32_t seed) {
           inferkit::BatchPlan<float> one;
           one.sequences.push_back(s);
           test::run_plan(
-              h.pool, one, [&](RequestId r) { return h.params.at(r).identity; }, kVocab);
+              h.pool, one, [&](RequestId r) { return h.params.at(r).identity; }, kTreeVocab);
           continue;
         }
         if (s.tree) {
@@ -187,7 +187,7 @@ void run_soak(bool use_trie, Index blocks, std::uint32_t seed) {
           inferkit::BatchPlan<float> one;
           one.sequences.push_back(s);
           const auto [t, c] = test::run_plan(
-              h.pool, one, [&](RequestId r) { return h.params.at(r).identity; }, kVocab);
+              h.pool, one, [&](RequestId r) { return h.params.at(r).identity; }, kTreeVocab);
           tokens.insert(tokens.end(), t.begin(), t.end());
           counts.push_back(c[0]);
         }
