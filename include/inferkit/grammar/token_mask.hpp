@@ -16,6 +16,10 @@
 // the OR of cached bitsets plus a check of the listed tokens against the full stack. Stacks no
 // deeper than kContextFrames are cached whole (exact, nothing listed). A state inside a UTF-8
 // character (a byte-fallback token ended mid-character) walks the trie from the full state.
+// A walk interns the matcher states it meets and fills their byte transitions on first use
+// (detail::WalkStates, a lazily built DFA): a cold walk inside a JSON string visits nearly every
+// trie node (216,962 at 102,400 tokens) but meets ~17 states, so a node costs a table read, not
+// a ByteMatcher::step.
 // The cache holds at most kMaskCacheEntries tops (then it is cleared: correctness never depends
 // on it); it is guarded by a mutex, so one masker serves threads.
 
@@ -23,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -48,36 +53,100 @@ struct TrieWalkResult {
   std::vector<TokenId> dependent;  ///< decided only by the full stack
 };
 
+namespace detail {
+
+/// The matcher states one trie walk meets, interned, with their byte transitions filled in on
+/// first use (a lazily built DFA, the subset construction run only where the walk goes). A walk
+/// visits up to every trie node (~420,000 at 102,400 tokens) but meets few distinct states: inside
+/// a JSON string most bytes lead back to the state they left. So a node costs one table read, not
+/// a ByteMatcher::step (which copies and re-expands stacks).
+class WalkStates {
+ public:
+  /// A transition: the next state (dead() when no known stack accepts the byte), whether some
+  /// known stack accepted it, whether a kUnknownContext top met it.
+  struct Step {
+    std::uint32_t next;
+    bool ok;
+    bool hit;
+  };
+  explicit WalkStates(const ByteMatcher& start) {
+    intern(ByteMatcher(start.grammar(), std::vector<GrammarStack>{}));  // 0: dead
+    intern(ByteMatcher(start));                                         // 1: start
+  }
+  static constexpr std::uint32_t dead() { return 0; }
+  static constexpr std::uint32_t start() { return 1; }
+  Step step(std::uint32_t s, std::uint8_t b) {
+    std::int32_t& code = trans_[std::size_t{s} * 256 + b];
+    if (code < 0) [[unlikely]]
+      code = fill(s, b);
+    const auto c = static_cast<std::uint32_t>(code);
+    return {c >> 2, (c & 2) != 0, (c & 1) != 0};
+  }
+  std::size_t size() const { return states_.size(); }  ///< states met so far
+
+ private:
+  std::int32_t fill(std::uint32_t s, std::uint8_t b) {
+    ByteMatcher next = states_[s];
+    bool hit = false;
+    const bool ok = states_[s].step(b, next, &hit);
+    const std::uint32_t to = ok ? intern(std::move(next)) : dead();
+    return static_cast<std::int32_t>(to << 2 | std::uint32_t{ok} << 1 | std::uint32_t{hit});
+  }
+  std::uint32_t intern(ByteMatcher m) {
+    const std::size_t h = m.hash();
+    for (auto [it, e] = index_.equal_range(h); it != e; ++it)
+      if (states_[it->second] == m) return it->second;
+    const auto id = static_cast<std::uint32_t>(states_.size());
+    states_.push_back(std::move(m));
+    index_.emplace(h, id);
+    trans_.resize(states_.size() * 256, -1);
+    return id;
+  }
+  std::vector<ByteMatcher> states_;
+  std::unordered_multimap<std::size_t, std::uint32_t> index_;
+  std::vector<std::int32_t> trans_;  // state x byte -> next << 2 | ok << 1 | hit; -1 not yet known
+};
+
+}  // namespace detail
+
 /// Walks `trie` from `start` (file comment of token_trie.hpp): every token whose bytes `start`
 /// accepts goes to `out.accepted`; a token rejected by all known stacks after one with
 /// kUnknownContext on top met a byte goes to `out.dependent`. `out.accepted` must have the trie's
-/// vocabulary size; it is added to, not cleared.
-inline void walk_token_trie(const TokenTrie& trie, const ByteMatcher& start, TrieWalkResult& out) {
-  const auto& nodes = trie.nodes();
-  const auto& tokens = trie.tokens();
-  std::vector<ByteMatcher> level(trie.max_depth() + 1, start);
-  std::vector<std::uint8_t> dependent(trie.max_depth() + 1, 0);
-  for (std::size_t i = 0; i < nodes.size();) {
+/// vocabulary size; it is added to, not cleared. Returns the distinct matcher states met.
+inline std::size_t walk_token_trie(const TokenTrie& trie, const ByteMatcher& start, TrieWalkResult& out) {
+  require(out.accepted.size() == trie.vocab_size(), "trie walk bitset size", out.accepted.size(),
+          "must equal the vocabulary size " + std::to_string(trie.vocab_size()));
+  // Raw pointers and one word per depth (state << 1 | dependent): a byte-typed store would alias
+  // everything and make the compiler reload every pointer per node.
+  const TokenTrie::Node* const nodes = trie.nodes().data();
+  const std::size_t count = trie.nodes().size();
+  const TokenId* const tokens = trie.tokens().data();
+  std::uint64_t* const accepted = out.accepted.word_data();
+  detail::WalkStates states(start);
+  std::vector<std::uint32_t> level(trie.max_depth() + 1, detail::WalkStates::start() << 1);
+  for (std::size_t i = 0; i < count;) {
     const TokenTrie::Node& n = nodes[i];
-    bool hit = false;
-    const bool ok = level[n.depth - 1].step(n.byte, level[n.depth], &hit);
-    const bool dep = dependent[n.depth - 1] || hit;
-    if (!ok && !dep) {
+    const std::uint32_t parent = level[n.depth - 1];
+    const detail::WalkStates::Step st = states.step(parent >> 1, n.byte);
+    const std::uint32_t dep = (parent & 1) | std::uint32_t{st.hit};
+    if (!st.ok && dep == 0) {
       i = n.subtree_end;
       continue;
     }
-    dependent[n.depth] = dep;
-    if (!ok)
-      level[n.depth] =
-          ByteMatcher(start.grammar(), std::vector<GrammarStack>{});  // known stacks dead; outcome below decides
-    for (std::uint32_t k = n.token_begin; k < n.token_end; ++k) {
-      if (ok)
-        out.accepted.set(tokens[k]);
-      else
-        out.dependent.push_back(tokens[k]);
+    level[n.depth] = st.next << 1 | dep;  // dead when the known stacks are: the context below decides
+    if (n.token_begin != n.token_end) {
+      if (st.ok) {
+        for (std::uint32_t k = n.token_begin; k < n.token_end; ++k) {
+          const auto t = static_cast<std::uint32_t>(tokens[k]);
+          accepted[t >> 6] |= std::uint64_t{1} << (t & 63);
+        }
+      } else {
+        out.dependent.insert(out.dependent.end(), tokens + n.token_begin, tokens + n.token_end);
+      }
     }
     ++i;
   }
+  return states.size();
 }
 
 /// Masks for one grammar and vocabulary, cached by stack top (file comment).
