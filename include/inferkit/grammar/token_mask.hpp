@@ -76,9 +76,12 @@ class WalkStates {
   static constexpr std::uint32_t dead() { return 0; }
   static constexpr std::uint32_t start() { return 1; }
   Step step(std::uint32_t s, std::uint8_t b) {
-    std::int32_t& code = trans_[std::size_t{s} * 256 + b];
-    if (code < 0) [[unlikely]]
-      code = fill(s, b);
+    const std::size_t at = std::size_t{s} * 256 + b;
+    std::int32_t code = trans_[at];
+    if (code < 0) [[unlikely]] {
+      code = fill(s, b);  // may grow trans_: store by index afterwards
+      trans_[at] = code;
+    }
     const auto c = static_cast<std::uint32_t>(code);
     return {c >> 2, (c & 2) != 0, (c & 1) != 0};
   }
