@@ -23,6 +23,7 @@
 // The cache holds at most kMaskCacheEntries tops (then it is cleared: correctness never depends
 // on it); it is guarded by a mutex, so one masker serves threads.
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,6 +76,34 @@ class WalkStates {
   }
   static constexpr std::uint32_t dead() { return 0; }
   static constexpr std::uint32_t start() { return 1; }
+  /// Whether every byte below a node with summary `sm` leaves state `s` as it is, accepted: then
+  /// every token there is accepted and the walk takes the subtree whole. ASCII bytes: their
+  /// transitions lead back to `s`. Bytes >= 0x80 (only under a well-formed subtree): every stack
+  /// of `s` has a class holding every non-ASCII character or none (so all of them act alike, and
+  /// every prefix of one is viable) and one such character (U+00E9) leads back to `s`.
+  /// Whether byte `b` leads from `s` back to `s`, accepted (for a byte >= 0x80, the last of a
+  /// character: whether every non-ASCII character does, absorbs_multibyte).
+  bool loops(std::uint32_t s, std::uint8_t b) {
+    if (b >= 0x80) return absorbs_multibyte(s);
+    const Step t = step(s, b);
+    return t.ok && t.next == s;
+  }
+  bool absorbs(std::uint32_t s, const TokenTrie::Summary& sm) {
+    if (sm.non_ascii && (!sm.well_formed || !absorbs_multibyte(s))) return false;
+    for (int w = 0; w < 2; ++w)  // a byte already known to leave: no transition filled
+      if ((sm.ascii[w] & info_[s].known[w] & ~info_[s].stay[w]) != 0) return false;
+    for (int w = 0; w < 2; ++w) {
+      for (std::uint64_t need = sm.ascii[w] & ~info_[s].known[w]; need != 0; need &= need - 1) {
+        const auto b = static_cast<std::uint8_t>(64 * w + std::countr_zero(need));
+        const Step t = step(s, b);  // may grow info_: index it afterwards
+        const std::uint64_t bit = std::uint64_t{1} << (b & 63);
+        info_[s].known[w] |= bit;
+        if (!t.ok || t.next != s) return false;  // stop at the first: fills cost a ByteMatcher step
+        info_[s].stay[w] |= bit;
+      }
+    }
+    return true;
+  }
   Step step(std::uint32_t s, std::uint8_t b) {
     const std::size_t at = std::size_t{s} * 256 + b;
     std::int32_t code = trans_[at];
@@ -103,8 +132,37 @@ class WalkStates {
     states_.push_back(std::move(m));
     index_.emplace(h, id);
     trans_.resize(states_.size() * 256, -1);
+    info_.emplace_back();
     return id;
   }
+  bool absorbs_multibyte(std::uint32_t s) {
+    if (info_[s].multibyte < 0) {
+      const ByteMatcher& m = states_[s];
+      bool all = m.pending_bytes() == 0 && !m.stacks().empty();
+      for (const GrammarStack& st : m.stacks()) {
+        if (!all) break;
+        if (st.empty() || st.back() == kUnknownContext) {
+          all = false;
+          break;
+        }
+        // all of non-ASCII or none of it (a stack that takes no such character just drops out)
+        const CharClass& c = m.grammar().chars(m.grammar().element(st.back()).index);
+        all = (c.covers(0x80, 0xD7FF) && c.covers(0xE000, kMaxCodePoint)) || !c.intersects(0x80, kMaxCodePoint);
+      }
+      if (all) {
+        ByteMatcher after = m;
+        all = after.accept_bytes("\xC3\xA9") && after == m;
+      }
+      info_[s].multibyte = all ? 1 : 0;
+    }
+    return info_[s].multibyte == 1;
+  }
+  struct Info {
+    std::uint64_t known[2] = {0, 0};  // ASCII bytes whose transition absorbs() has looked at
+    std::uint64_t stay[2] = {0, 0};   // those of them leading back to this state, accepted
+    int multibyte = -1;               // absorbs_multibyte(): -1 not known yet
+  };
+  std::vector<Info> info_;
   std::vector<ByteMatcher> states_;
   std::unordered_multimap<std::size_t, std::uint32_t> index_;
   std::vector<std::int32_t> trans_;  // state x byte -> next << 2 | ok << 1 | hit; -1 not yet known
@@ -115,8 +173,18 @@ class WalkStates {
 /// Walks `trie` from `start` (file comment of token_trie.hpp): every token whose bytes `start`
 /// accepts goes to `out.accepted`; a token rejected by all known stacks after one with
 /// kUnknownContext on top met a byte goes to `out.dependent`. `out.accepted` must have the trie's
-/// vocabulary size; it is added to, not cleared. Returns the distinct matcher states met.
-inline std::size_t walk_token_trie(const TokenTrie& trie, const ByteMatcher& start, TrieWalkResult& out) {
+/// vocabulary size; it is added to, not cleared. `take_subtrees`: accept a subtree whole where
+/// every byte below leaves the state as it was (WalkStates::absorbs; false: visit every node, the
+/// plain walk). Returns what the walk cost.
+/// What a trie walk cost: distinct matcher states met, trie nodes visited, subtrees taken whole.
+struct TrieWalkStats {
+  std::size_t states = 0;    ///< matcher states interned
+  std::size_t nodes = 0;     ///< trie nodes stepped through
+  std::size_t subtrees = 0;  ///< subtrees whose tokens were all accepted without visiting them
+};
+
+inline TrieWalkStats walk_token_trie(const TokenTrie& trie, const ByteMatcher& start, TrieWalkResult& out,
+                                   bool take_subtrees = true) {
   require(out.accepted.size() == trie.vocab_size(), "trie walk bitset size", out.accepted.size(),
           "must equal the vocabulary size " + std::to_string(trie.vocab_size()));
   // Raw pointers and one word per depth (state << 1 | dependent): a byte-typed store would alias
@@ -125,15 +193,33 @@ inline std::size_t walk_token_trie(const TokenTrie& trie, const ByteMatcher& sta
   const std::size_t count = trie.nodes().size();
   const TokenId* const tokens = trie.tokens().data();
   std::uint64_t* const accepted = out.accepted.word_data();
+  const TokenTrie::Summary* const summaries = trie.summaries().data();
+  // Summaries assume the walk starts on a character boundary.
+  take_subtrees = take_subtrees && start.pending_bytes() == 0;
   detail::WalkStates states(start);
   std::vector<std::uint32_t> level(trie.max_depth() + 1, detail::WalkStates::start() << 1);
+  TrieWalkStats stats;
   for (std::size_t i = 0; i < count;) {
     const TokenTrie::Node& n = nodes[i];
+    ++stats.nodes;
     const std::uint32_t parent = level[n.depth - 1];
     const detail::WalkStates::Step st = states.step(parent >> 1, n.byte);
     const std::uint32_t dep = (parent & 1) | std::uint32_t{st.hit};
     if (!st.ok && dep == 0) {
       i = n.subtree_end;
+      continue;
+    }
+    // Only where the node's own byte would loop on the state it led to (string or identifier
+    // content); elsewhere the check would fill transitions the walk never needs.
+    if (take_subtrees && st.ok && n.summary != TokenTrie::kNoSummary && states.loops(st.next, n.byte) &&
+        states.absorbs(st.next, summaries[n.summary])) {
+      const std::uint32_t end = trie.subtree_token_end(i);
+      for (std::uint32_t k = n.token_begin; k < end; ++k) {
+        const auto t = static_cast<std::uint32_t>(tokens[k]);
+        accepted[t >> 6] |= std::uint64_t{1} << (t & 63);
+      }
+      i = n.subtree_end;
+      ++stats.subtrees;
       continue;
     }
     level[n.depth] = st.next << 1 | dep;  // dead when the known stacks are: the context below decides
@@ -149,7 +235,8 @@ inline std::size_t walk_token_trie(const TokenTrie& trie, const ByteMatcher& sta
     }
     ++i;
   }
-  return states.size();
+  stats.states = states.size();
+  return stats;
 }
 
 /// Masks for one grammar and vocabulary, cached by stack top (file comment).
