@@ -17,9 +17,12 @@
 // deeper than kContextFrames are cached whole (exact, nothing listed). A state inside a UTF-8
 // character (a byte-fallback token ended mid-character) walks the trie from the full state.
 // A walk interns the matcher states it meets and fills their byte transitions on first use
-// (detail::WalkStates, a lazily built DFA): a cold walk inside a JSON string visits nearly every
-// trie node (216,962 at 102,400 tokens) but meets ~17 states, so a node costs a table read, not
-// a ByteMatcher::step.
+// (detail::WalkStates, a lazily built DFA): a cold walk inside a JSON string would visit nearly
+// every trie node (216,962 at 102,400 tokens) but meets ~17 states, so a node costs a table
+// read, not a ByteMatcher::step. Where a node's byte loops on the state it leads to (string
+// content), the walk checks the node's summary (TokenTrie::Summary: the bytes below it) and,
+// when every one of them loops too, accepts the subtree's tokens without visiting it: ~11,000
+// nodes instead of 216,962 for that walk.
 // The cache holds at most kMaskCacheEntries tops (then it is cleared: correctness never depends
 // on it); it is guarded by a mutex, so one masker serves threads.
 
@@ -170,12 +173,6 @@ class WalkStates {
 
 }  // namespace detail
 
-/// Walks `trie` from `start` (file comment of token_trie.hpp): every token whose bytes `start`
-/// accepts goes to `out.accepted`; a token rejected by all known stacks after one with
-/// kUnknownContext on top met a byte goes to `out.dependent`. `out.accepted` must have the trie's
-/// vocabulary size; it is added to, not cleared. `take_subtrees`: accept a subtree whole where
-/// every byte below leaves the state as it was (WalkStates::absorbs; false: visit every node, the
-/// plain walk). Returns what the walk cost.
 /// What a trie walk cost: distinct matcher states met, trie nodes visited, subtrees taken whole.
 struct TrieWalkStats {
   std::size_t states = 0;    ///< matcher states interned
@@ -183,8 +180,14 @@ struct TrieWalkStats {
   std::size_t subtrees = 0;  ///< subtrees whose tokens were all accepted without visiting them
 };
 
+/// Walks `trie` from `start` (file comment of token_trie.hpp): every token whose bytes `start`
+/// accepts goes to `out.accepted`; a token rejected by all known stacks after one with
+/// kUnknownContext on top met a byte goes to `out.dependent`. `out.accepted` must have the trie's
+/// vocabulary size; it is added to, not cleared. `take_subtrees`: accept a subtree whole where
+/// every byte below leaves the state as it was (WalkStates::absorbs; false: visit every node, the
+/// plain walk). Returns what the walk cost.
 inline TrieWalkStats walk_token_trie(const TokenTrie& trie, const ByteMatcher& start, TrieWalkResult& out,
-                                   bool take_subtrees = true) {
+                                     bool take_subtrees = true) {
   require(out.accepted.size() == trie.vocab_size(), "trie walk bitset size", out.accepted.size(),
           "must equal the vocabulary size " + std::to_string(trie.vocab_size()));
   // Raw pointers and one word per depth (state << 1 | dependent): a byte-typed store would alias
