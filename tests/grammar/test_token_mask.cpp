@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <memory>
 #include <random>
 #include <string>
@@ -286,4 +287,39 @@ TEST_CASE("Walks that take whole subtrees equal the oracle (strings of every scr
     real += check_walk(json, m, out, st, sb);
   }
   CHECK(real > 100);
+}
+
+TEST_CASE("ascii_representatives: bytes share a representative exactly when every class treats them alike",
+          "[grammar][mask]") {
+  const auto gdir = grammar_test::grammar_dir();
+  std::vector<std::string> sources = {R"(root ::= "\"" [^"\\]* "\"" | [0-9a-fA-F]+ | "\\" ["\\/bfnrt])",
+                                      "root ::= [a-z]{2,4} [^\\x00-\\x1F] .", "root ::= \"x\""};
+  if (gdir)
+    for (const char* f : {"json.gbnf", "c.gbnf", "arithmetic.gbnf", "chess.gbnf"})
+      sources.push_back(grammar_test::read_file(*gdir + "/" + f));
+  for (const std::string& src : sources) {
+    const Grammar g = inferkit::parse_gbnf(src);
+    const std::array<std::uint8_t, 128> rep = inferkit::ascii_representatives(g);
+    // The definition, byte by byte: the same membership in every class, the lowest such byte.
+    const auto alike = [&](int a, int b) {
+      for (std::size_t i = 0; i < g.class_count(); ++i) {
+        const inferkit::CharClass& c = g.chars(static_cast<std::uint32_t>(i));
+        if (c.contains(static_cast<char32_t>(a)) != c.contains(static_cast<char32_t>(b))) return false;
+      }
+      return true;
+    };
+    std::size_t distinct = 0;
+    for (int b = 0; b < 128; ++b) {
+      int want = b;
+      for (int a = 0; a < b; ++a)
+        if (alike(a, b)) {
+          want = a;
+          break;
+        }
+      INFO("byte " << b);
+      CHECK(static_cast<int>(rep[static_cast<std::size_t>(b)]) == want);
+      distinct += want == b;
+    }
+    CHECK(distinct >= 2);
+  }
 }

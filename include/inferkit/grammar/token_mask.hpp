@@ -26,6 +26,7 @@
 // The cache holds at most kMaskCacheEntries tops (then it is cleared: correctness never depends
 // on it); it is guarded by a mutex, so one masker serves threads.
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +58,33 @@ struct TrieWalkResult {
   std::vector<TokenId> dependent;  ///< decided only by the full stack
 };
 
+/// For each ASCII byte, the lowest ASCII byte every character class of `g` treats alike (in all
+/// of them or in none; partition refinement over the classes' ASCII masks). A matcher's step on
+/// an ASCII byte tests class membership only, so equal representatives give equal steps.
+inline std::array<std::uint8_t, 128> ascii_representatives(const Grammar& g) {
+  std::vector<std::array<std::uint64_t, 2>> blocks{{~std::uint64_t{0}, ~std::uint64_t{0}}};
+  for (std::size_t i = 0; i < g.class_count(); ++i) {
+    const CharClass& c = g.chars(static_cast<std::uint32_t>(i));
+    const std::uint64_t m0 = c.ascii_word(0), m1 = c.ascii_word(1);
+    for (std::size_t k = 0, nb = blocks.size(); k < nb; ++k) {
+      const std::array<std::uint64_t, 2> in{blocks[k][0] & m0, blocks[k][1] & m1};
+      const std::array<std::uint64_t, 2> out{blocks[k][0] & ~m0, blocks[k][1] & ~m1};
+      if ((in[0] | in[1]) != 0 && (out[0] | out[1]) != 0) {
+        blocks[k] = in;
+        blocks.push_back(out);
+      }
+    }
+  }
+  std::array<std::uint8_t, 128> rep{};
+  for (const auto& b : blocks) {
+    const int lo = b[0] != 0 ? std::countr_zero(b[0]) : 64 + std::countr_zero(b[1]);
+    for (int w = 0; w < 2; ++w)
+      for (std::uint64_t x = b[w]; x != 0; x &= x - 1)
+        rep[64 * w + std::countr_zero(x)] = static_cast<std::uint8_t>(lo);
+  }
+  return rep;
+}
+
 namespace detail {
 
 /// The matcher states one trie walk meets, interned, with their byte transitions filled in on
@@ -73,7 +101,9 @@ class WalkStates {
     bool ok;
     bool hit;
   };
-  explicit WalkStates(const ByteMatcher& start) {
+  /// `reps`: ascii_representatives() of the grammar (computed here when null).
+  explicit WalkStates(const ByteMatcher& start, const std::array<std::uint8_t, 128>* reps = nullptr)
+      : rep_(reps ? *reps : ascii_representatives(start.grammar())) {
     intern(ByteMatcher(start.grammar(), std::vector<GrammarStack>{}));  // 0: dead
     intern(ByteMatcher(start));                                         // 1: start
   }
@@ -111,7 +141,16 @@ class WalkStates {
     const std::size_t at = std::size_t{s} * 256 + b;
     std::int32_t code = trans_[at];
     if (code < 0) [[unlikely]] {
-      code = fill(s, b);  // may grow trans_: store by index afterwards
+      if (b < 128 && rep_[b] != b) {  // the same step as its representative's
+        const std::size_t ra = std::size_t{s} * 256 + rep_[b];
+        if (trans_[ra] < 0) {
+          const std::int32_t rc = fill(s, rep_[b]);
+          trans_[ra] = rc;
+        }
+        code = trans_[ra];
+      } else {
+        code = fill(s, b);  // may grow trans_: store by index afterwards
+      }
       trans_[at] = code;
     }
     const auto c = static_cast<std::uint32_t>(code);
@@ -166,6 +205,7 @@ class WalkStates {
     int multibyte = -1;               // absorbs_multibyte(): -1 not known yet
   };
   std::vector<Info> info_;
+  std::array<std::uint8_t, 128> rep_;
   std::vector<ByteMatcher> states_;
   std::unordered_multimap<std::size_t, std::uint32_t> index_;
   std::vector<std::int32_t> trans_;  // state x byte -> next << 2 | ok << 1 | hit; -1 not yet known
@@ -185,9 +225,11 @@ struct TrieWalkStats {
 /// kUnknownContext on top met a byte goes to `out.dependent`. `out.accepted` must have the trie's
 /// vocabulary size; it is added to, not cleared. `take_subtrees`: accept a subtree whole where
 /// every byte below leaves the state as it was (WalkStates::absorbs; false: visit every node, the
-/// plain walk). Returns what the walk cost.
+/// plain walk). `ascii_reps`: ascii_representatives() of the grammar, when the caller keeps it.
+/// Returns what the walk cost.
 inline TrieWalkStats walk_token_trie(const TokenTrie& trie, const ByteMatcher& start, TrieWalkResult& out,
-                                     bool take_subtrees = true) {
+                                     bool take_subtrees = true,
+                                     const std::array<std::uint8_t, 128>* ascii_reps = nullptr) {
   require(out.accepted.size() == trie.vocab_size(), "trie walk bitset size", out.accepted.size(),
           "must equal the vocabulary size " + std::to_string(trie.vocab_size()));
   // Raw pointers and one word per depth (state << 1 | dependent): a byte-typed store would alias
@@ -199,7 +241,7 @@ inline TrieWalkStats walk_token_trie(const TokenTrie& trie, const ByteMatcher& s
   const TokenTrie::Summary* const summaries = trie.summaries().data();
   // Summaries assume the walk starts on a character boundary.
   take_subtrees = take_subtrees && start.pending_bytes() == 0;
-  detail::WalkStates states(start);
+  detail::WalkStates states(start, ascii_reps);
   std::vector<std::uint32_t> level(trie.max_depth() + 1, detail::WalkStates::start() << 1);
   TrieWalkStats stats;
   for (std::size_t i = 0; i < count;) {
@@ -250,6 +292,7 @@ class TokenMasker {
       : grammar_(std::move(grammar)), trie_(std::move(trie)) {
     require(grammar_ != nullptr, "grammar", "null", "must be given");
     require(trie_ != nullptr, "token trie", "null", "must be given");
+    ascii_reps_ = ascii_representatives(*grammar_);
   }
 
   /// Writes mask(state) into `mask` (resized to the vocabulary and cleared first).
@@ -258,7 +301,7 @@ class TokenMasker {
     mask.clear();
     if (state.pending_bytes() != 0) {  // inside a character: walk from the whole state
       TrieWalkResult r{std::move(mask), {}};
-      walk_token_trie(*trie_, state, r);
+      walk_token_trie(*trie_, state, r, true, &ascii_reps_);
       mask = std::move(r.accepted);
     } else {
       for (const GrammarStack& s : state.stacks()) {
@@ -319,7 +362,7 @@ class TokenMasker {
       if (it != cache_.end()) return it->second;
     }
     auto r = std::make_shared<TrieWalkResult>(TrieWalkResult{TokenBitset(trie_->vocab_size()), {}});
-    walk_token_trie(*trie_, ByteMatcher(*grammar_, {key}), *r);
+    walk_token_trie(*trie_, ByteMatcher(*grammar_, {key}), *r, true, &ascii_reps_);
     std::lock_guard<std::mutex> lock(mutex_);
     if (cache_.size() >= kMaskCacheEntries) cache_.clear();
     cache_.emplace(std::move(key), r);
@@ -328,6 +371,7 @@ class TokenMasker {
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenTrie> trie_;
+  std::array<std::uint8_t, 128> ascii_reps_{};  // ascii_representatives(*grammar_)
   mutable std::mutex mutex_;
   mutable std::unordered_map<GrammarStack, std::shared_ptr<const TrieWalkResult>, KeyHash> cache_;
 };
