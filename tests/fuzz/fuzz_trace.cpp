@@ -7,8 +7,16 @@
 // with line-by-line; the KV bound serve() applies (check_request_fits, here with a model of
 // 1280 bytes per token on a 16 GiB machine) either passes or names the line and max_new_tokens
 // (corpus seed max_new_tokens_2e30: the line that once ended in a bare std::bad_alloc).
+// With bit 4 of the first byte the parser gets a real token trie (the fuzz tokenizer's 265 pieces,
+// llama2c::grammar_trie), so "grammar" / "json_schema" fields compile and the request's mask path
+// runs: for up to 8 tokens every id of the vocabulary is in the mask exactly when the byte-level
+// check (TokenMasker::allows) takes it, EOS exactly when complete, the grammar's EOS is among the
+// request's stop ids, and the request's chain samples only allowed tokens (seeds grammar_* and
+// json_schema_*). A grammar too ambiguous for the matcher is std::length_error (documented).
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -34,6 +42,70 @@ const llama2c::TextCodec& tokenizer() {
   return t;
 }
 
+// The fuzz tokenizer's pieces as the grammar masks see them (ids 0-2 are not text; EOS = 2).
+const std::shared_ptr<const inferkit::TokenTrie>& trie() {
+  static const std::shared_ptr<const inferkit::TokenTrie> t = llama2c::grammar_trie(&tokenizer(), 265);
+  return t;
+}
+
+// A JSON string holding `s` (raw bytes >= 0x80 kept: the trace reader takes them as they are).
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Runs the request's grammar for up to 8 tokens (file comment). `pick` chooses among allowed ids.
+void check_grammar(const llama2c::TraceRequest& r, std::uint8_t pick) {
+  const auto& masker = r.sampling.grammar;
+  FUZZ_CHECK(&masker->trie() == trie().get());
+  for (const inferkit::TokenId e : trie()->eos_ids())
+    FUZZ_CHECK(std::find(r.eos_token_ids.begin(), r.eos_token_ids.end(), e) != r.eos_token_ids.end());
+  const std::size_t n = trie()->vocab_size();
+  try {
+    inferkit::GrammarMatcher m(masker);
+    const inferkit::SamplerChain chain = llama2c::make_chain(r.sampling);
+    inferkit::SamplerState state = chain.make_state();
+    inferkit::TokenBitset mask;
+    for (int step = 0; step < 8; ++step) {
+      m.fill_mask(mask);
+      std::vector<inferkit::TokenId> text;
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto id = static_cast<inferkit::TokenId>(i);
+        FUZZ_CHECK(mask.test(id) == masker->allows(m.state(), id));
+        if (trie()->is_eos(id)) FUZZ_CHECK(mask.test(id) == m.is_complete());
+        if (mask.test(id) && !trie()->is_eos(id)) text.push_back(id);
+      }
+      if (mask.count() == 0) break;  // a dead end of this small vocabulary
+      // The request's own chain: it must draw an allowed token (or refuse when a rule after
+      // the grammar leaves nothing, which it cannot: the grammar stage runs first).
+      std::vector<float> logits(n);
+      for (std::size_t i = 0; i < n; ++i) logits[i] = static_cast<float>((i * 2654435761u + pick) % 97) / 16.0f;
+      const inferkit::TokenId drawn =
+          chain.sample(logits, {}, state, inferkit::CounterRng(r.sampling.seed), static_cast<std::uint64_t>(step));
+      FUZZ_CHECK(mask.test(drawn));
+      if (text.empty()) break;
+      const inferkit::TokenId next = text[(pick + 31u * static_cast<unsigned>(step)) % text.size()];
+      m.accept(next);
+      chain.accept(state, next);
+    }
+  } catch (const std::length_error&) {
+    // the grammar needs more parse stacks than kMaxGrammarStacks (documented)
+  }
+}
+
 std::string ids_json(const std::vector<inferkit::TokenId>& ids) {
   std::string s = "[";
   for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
@@ -53,7 +125,12 @@ std::string to_line(const llama2c::TraceRequest& r) {
          ", \"top_k\": " + std::to_string(p.top_k) + ", \"top_p\": " + num(p.top_p) + ", \"min_p\": " + num(p.min_p) +
          ", \"repetition_penalty\": " + num(p.repetition_penalty) +
          ", \"repeat_last_n\": " + std::to_string(r.sampling.repeat_last_n) +
-         ", \"seed\": " + std::to_string(r.sampling.seed) + ", \"eos_token_ids\": " + ids_json(r.eos_token_ids) + "}";
+         ", \"seed\": " + std::to_string(r.sampling.seed) + ", \"eos_token_ids\": " + ids_json(r.eos_token_ids) +
+         (r.sampling.grammar
+              ? (r.grammar_kind == llama2c::GrammarSource::kGbnf ? ", \"grammar\": " : ", \"json_schema\": ") +
+                    json_string(r.grammar_text)
+              : std::string()) +
+         "}";
 }
 
 bool same(const llama2c::TraceRequest& a, const llama2c::TraceRequest& b) {
@@ -61,7 +138,9 @@ bool same(const llama2c::TraceRequest& a, const llama2c::TraceRequest& b) {
   return a.arrival_ms == b.arrival_ms && a.prompt == b.prompt && a.max_new_tokens == b.max_new_tokens &&
          p.temperature == q.temperature && p.top_k == q.top_k && p.top_p == q.top_p && p.min_p == q.min_p &&
          p.repetition_penalty == q.repetition_penalty && a.sampling.repeat_last_n == b.sampling.repeat_last_n &&
-         a.sampling.seed == b.sampling.seed && a.eos_token_ids == b.eos_token_ids;
+         a.sampling.seed == b.sampling.seed && a.eos_token_ids == b.eos_token_ids &&
+         (a.sampling.grammar != nullptr) == (b.sampling.grammar != nullptr) &&
+         (!a.sampling.grammar || (a.grammar_text == b.grammar_text && a.grammar_kind == b.grammar_kind));
 }
 
 }  // namespace
@@ -73,6 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   opt.vocab_size = kVocab[data[0] & 3];
   if (data[0] & 4) opt.text = &tokenizer();
   opt.max_prompt_tokens = (data[0] & 8) ? 4 : std::size_t{1} << 20;
+  if (data[0] & 16) opt.grammar_trie = trie();
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
 
   std::vector<llama2c::TraceRequest> by_line;
@@ -97,6 +177,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!fuzz::ok([&] { llama2c::check_request_fits(*r, n - 1, 1280.0, 16.0 * (1 << 30)); }, &why))
       FUZZ_CHECK(why.rfind("trace line " + std::to_string(n) + ", field \"max_new_tokens\": ", 0) == 0);
     (void)llama2c::make_chain(r->sampling);
+    if (r->sampling.grammar) check_grammar(*r, data[size - 1]);
     const auto again = llama2c::parse_trace_line(to_line(*r), 1, opt);
     FUZZ_CHECK(again && same(*again, *r));
     by_line.push_back(std::move(*r));

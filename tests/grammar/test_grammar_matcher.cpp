@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
@@ -177,4 +178,123 @@ TEST_CASE("ByteMatcher: partial UTF-8 is accepted exactly when a well-formed cha
   CHECK(m.pending_bytes() == 2);
   CHECK(m.accept_byte(0xAC));
   CHECK(m.is_complete());
+}
+
+namespace {
+
+// Table 3-7 of Unicode 15, written out independently of the matcher: decodes `s` into code points,
+// allowing the last character to be cut short (`open` receives its bytes). False when ill-formed.
+bool decode_utf8_prefix(const std::string& s, std::vector<char32_t>& cps, std::string& open) {
+  cps.clear();
+  open.clear();
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    unsigned lo2 = 0x80, hi2 = 0xBF;
+    if (b < 0x80)
+      n = 1;
+    else if (b >= 0xC2 && b <= 0xDF)
+      n = 2;
+    else if (b == 0xE0)
+      n = 3, lo2 = 0xA0;
+    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+      n = 3;
+    else if (b == 0xED)
+      n = 3, hi2 = 0x9F;
+    else if (b == 0xF0)
+      n = 4, lo2 = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+      n = 4;
+    else if (b == 0xF4)
+      n = 4, hi2 = 0x8F;
+    else
+      return false;
+    char32_t cp = n == 1 ? b : b & (0x7F >> n);
+    std::size_t k = 1;
+    for (; k < n && i + k < s.size(); ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (c < lo2 || c > hi2) : (c < 0x80 || c > 0xBF)) return false;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    if (k < n) {
+      open = s.substr(i);
+      return true;
+    }
+    cps.push_back(cp);
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("ByteMatcher: open characters merge only where every character of their length is taken",
+          "[grammar][matcher][utf8]") {
+  // Inside [^"] (every character but the quote, as in a JSON string) which multi-byte character
+  // is open changes nothing, so the matcher keeps one state per length; a class that takes only
+  // some characters must keep them apart. Random byte strings (leads, continuation bytes, ASCII)
+  // are compared with the language written out here: prefixes of [^"]* "\"" and of
+  // ([a] | [é] | [一] | [😀])* "!".
+  const Grammar str = inferkit::parse_gbnf(R"(root ::= [^"]* "\"")");
+  const Grammar few = inferkit::parse_gbnf("root ::= [a\\u00E9\\u4E00\\U0001F600]* \"!\"");
+  const std::vector<char32_t> few_set = {U'a', 0xE9, 0x4E00, 0x1F600};
+  std::vector<std::string> few_enc;
+  for (const char32_t cp : few_set) inferkit::utf8_append(few_enc.emplace_back(), cp);
+  const unsigned char pool[] = {'a',  'b',  '"',  '!',  0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xA9, 0xB8, 0xBF, 0xC2, 0xC3,
+                                0xDF, 0xE0, 0xE1, 0xE4, 0xED, 0xEF, 0xF0, 0xF1, 0xF4, 0x9F, 0x98, 0x80, 0xC0, 0xF5};
+  std::mt19937 rng(30);
+  std::size_t accepted_str = 0, accepted_few = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string s;
+    const std::size_t len = 1 + rng() % 7;
+    for (std::size_t i = 0; i < len; ++i) s += static_cast<char>(pool[rng() % sizeof pool]);
+    std::vector<char32_t> cps;
+    std::string open;
+    const bool wf = decode_utf8_prefix(s, cps, open);
+    // [^"]* "\"": no quote but possibly the last character, which then ends the output.
+    bool want_str = wf;
+    for (std::size_t i = 0; want_str && i < cps.size(); ++i)
+      if (cps[i] == U'"' && (i + 1 != cps.size() || !open.empty())) want_str = false;
+    // (few)* "!": complete characters from the set, "!" only last, an open one a prefix of one.
+    bool want_few = wf;
+    for (std::size_t i = 0; want_few && i < cps.size(); ++i) {
+      const bool last = i + 1 == cps.size() && open.empty();
+      const bool in = std::find(few_set.begin(), few_set.end(), cps[i]) != few_set.end();
+      want_few = in || (cps[i] == U'!' && last);
+    }
+    if (want_few && !open.empty())
+      want_few = std::any_of(few_enc.begin(), few_enc.end(), [&](const std::string& e) { return e.starts_with(open); });
+    std::string shown;
+    for (const char c : s) shown += std::to_string(static_cast<unsigned char>(c)) + " ";
+    INFO("bytes " << shown);
+    ByteMatcher a(str), b(few);
+    CHECK(a.accept_bytes(s) == want_str);
+    CHECK(b.accept_bytes(s) == want_few);
+    accepted_str += want_str;
+    accepted_few += want_few;
+  }
+  CHECK(accepted_str > 2000);  // the pool reaches deep into both languages
+  CHECK(accepted_few > 200);
+  // The merge itself: two different open 3-byte characters inside [^"] are one state, and both
+  // complete to the same state; in the narrow class they stay apart.
+  ByteMatcher x(str), y(str);
+  REQUIRE(x.accept_bytes("\xE4\xB8"));  // 一 (E4 B8 80) open
+  REQUIRE(y.accept_bytes("\xE6\x97"));  // 日 (E6 97 A5) open
+  CHECK(x == y);
+  REQUIRE(x.accept_bytes("\x80"));
+  REQUIRE(y.accept_bytes("\xA5"));
+  CHECK(x == y);
+  ByteMatcher e4(str), e6(str), e0(str);
+  REQUIRE(e4.accept_bytes("\xE4"));
+  REQUIRE(e6.accept_bytes("\xE6"));
+  REQUIRE(e0.accept_bytes("\xE0"));  // E0 constrains the next byte (A0-BF): kept exact
+  CHECK(e4 == e6);
+  CHECK_FALSE(e0 == e4);
+  CHECK_FALSE(e0.accept_byte(0x80));
+  CHECK(e4.accept_byte(0x80));
+  ByteMatcher n1(few), n2(few);
+  REQUIRE(n1.accept_bytes("\xE4"));
+  REQUIRE(n2.accept_bytes("\xE6") == false);  // no character of the set starts E6
+  REQUIRE(n2.accept_bytes("\xC3"));
+  CHECK_FALSE(n1 == n2);
 }

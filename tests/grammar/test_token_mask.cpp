@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <memory>
 #include <random>
 #include <string>
@@ -211,4 +212,114 @@ TEST_CASE("Control, unused and unknown tokens are never allowed; EOS only when c
   CHECK(mask.test(2));
   CHECK_FALSE(mask.test(0));
   CHECK_FALSE(mask.test(1));
+}
+
+namespace {
+
+// One walk from `state` both ways (taking absorbed subtrees whole and node by node) against the
+// oracle's mask after `output`; returns the subtrees taken whole.
+std::size_t check_walk(const Grammar& g, const inferkit::ByteMatcher& state, const std::string& output,
+                       const TokenTrie& trie, const std::vector<std::string>& bytes) {
+  inferkit::TrieWalkResult fast{TokenBitset(trie.vocab_size()), {}}, plain{TokenBitset(trie.vocab_size()), {}};
+  const inferkit::TrieWalkStats fs = inferkit::walk_token_trie(trie, state, fast, true);
+  const inferkit::TrieWalkStats ps = inferkit::walk_token_trie(trie, state, plain, false);
+  const inferkit::test::EarleyOracle oracle(g);
+  TokenBitset want = inferkit::test::oracle_mask(oracle, output, bytes, {});
+  INFO("after [" << output << "]: " << fs.subtrees << " subtrees taken, nodes " << fs.nodes << " vs " << ps.nodes);
+  CHECK(fast.accepted == want);
+  CHECK(plain.accepted == want);
+  CHECK(fast.dependent.empty());
+  CHECK(ps.subtrees == 0);
+  CHECK(fs.nodes <= ps.nodes);
+  return fs.subtrees;
+}
+
+}  // namespace
+
+TEST_CASE("Walks that take whole subtrees equal the oracle (strings of every script)", "[grammar][mask][oracle]") {
+  // A string grammar, a class that takes no non-ASCII character beside one that takes all, and
+  // a bounded class (no loop: nothing is absorbed). Vocabulary: pieces of mixed-script text (so
+  // tokens split characters) plus every prefix of a few long words (deep subtrees).
+  const std::vector<std::string> samples = {"hello world \"quoted\" and \\ escapes",
+                                            "日本語のテキストと English mixed 😀 emoji", "ελληνικά και русский текст",
+                                            "naïve café résumé", "identifier_name_42 other-name"};
+  std::mt19937 rng(99);
+  std::vector<std::string> texts = grammar_test::pieces_of(samples, 400, rng);
+  for (const std::string w : {"abcdefghij", "日本語のテキスト", "résumé_café", "xyz\"tail", "ab\\cd"})
+    for (std::size_t k = 1; k <= w.size(); ++k) texts.push_back(w.substr(0, k));
+  const inferkit::Vocabulary v = grammar_test::synthetic_vocabulary(texts);
+  const TokenTrie trie = TokenTrie::from_vocabulary(v);
+  std::vector<std::string> bytes(trie.vocab_size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::string(trie.bytes(static_cast<TokenId>(i)));
+  std::size_t taken = 0;
+  for (const char* src : {R"(root ::= "\"" [^"\\]* "\"" " "?)", R"(root ::= ([a-z_] | [^\x00-\x7F])+ ("-" [0-9]+)?)",
+                          R"(root ::= "x" [^"]{1,3} "y")"}) {
+    INFO(src);
+    const Grammar g = inferkit::parse_gbnf(src);
+    for (const char* out : {"", "\"", "\"ab", "\"日本", "\"caf\xC3\xA9 ", "a", "ab\xC3\xA9", "x", "xa"}) {
+      inferkit::ByteMatcher m(g);
+      if (!m.accept_bytes(out)) continue;
+      taken += check_walk(g, m, out, trie, bytes);
+    }
+  }
+  CHECK(taken > 20);  // the walks did take subtrees whole
+  // deepseek-llm, one token in 8: inside json.gbnf's strings.
+  const auto gdir = grammar_test::grammar_dir();
+  const auto vdir = grammar_test::vocab_dir();
+  if (!gdir || !vdir) {
+    WARN("INFERKIT_TEST_GRAMMAR_DIR or INFERKIT_TEST_VOCAB_DIR is not set: real vocabulary skipped");
+    return;
+  }
+  const auto file = inferkit::GgufFile::open(*vdir + "/ggml-vocab-deepseek-llm.gguf");
+  const inferkit::Vocabulary dv = inferkit::vocabulary_from_gguf(file);
+  const TokenTrie full = TokenTrie::from_vocabulary(dv);
+  std::vector<std::string_view> sub(dv.size());
+  for (std::size_t i = 0; i < dv.size(); ++i)
+    if (rng() % 8 == 0) sub[i] = full.bytes(static_cast<TokenId>(i));
+  const TokenTrie st(sub, {});
+  std::vector<std::string> sb(st.vocab_size());
+  for (std::size_t i = 0; i < sb.size(); ++i) sb[i] = std::string(st.bytes(static_cast<TokenId>(i)));
+  const Grammar json = inferkit::parse_gbnf(grammar_test::read_file(*gdir + "/json.gbnf"));
+  std::size_t real = 0;
+  for (const char* out : {"{\"", "{\"key", "{\"a\": \"text \xE4\xB8\xAD", "{\"a\": [\"x\", \"", "{\"a\": 12"}) {
+    inferkit::ByteMatcher m(json);
+    REQUIRE(m.accept_bytes(out));
+    real += check_walk(json, m, out, st, sb);
+  }
+  CHECK(real > 100);
+}
+
+TEST_CASE("ascii_representatives: bytes share a representative exactly when every class treats them alike",
+          "[grammar][mask]") {
+  const auto gdir = grammar_test::grammar_dir();
+  std::vector<std::string> sources = {R"(root ::= "\"" [^"\\]* "\"" | [0-9a-fA-F]+ | "\\" ["\\/bfnrt])",
+                                      "root ::= [a-z]{2,4} [^\\x00-\\x1F] .", "root ::= \"x\""};
+  if (gdir)
+    for (const char* f : {"json.gbnf", "c.gbnf", "arithmetic.gbnf", "chess.gbnf"})
+      sources.push_back(grammar_test::read_file(*gdir + "/" + f));
+  for (const std::string& src : sources) {
+    const Grammar g = inferkit::parse_gbnf(src);
+    const std::array<std::uint8_t, 128> rep = inferkit::ascii_representatives(g);
+    // The definition, byte by byte: the same membership in every class, the lowest such byte.
+    const auto alike = [&](int a, int b) {
+      for (std::size_t i = 0; i < g.class_count(); ++i) {
+        const inferkit::CharClass& c = g.chars(static_cast<std::uint32_t>(i));
+        if (c.contains(static_cast<char32_t>(a)) != c.contains(static_cast<char32_t>(b))) return false;
+      }
+      return true;
+    };
+    std::size_t distinct = 0;
+    for (int b = 0; b < 128; ++b) {
+      int want = b;
+      for (int a = 0; a < b; ++a)
+        if (alike(a, b)) {
+          want = a;
+          break;
+        }
+      INFO("byte " << b);
+      CHECK(static_cast<int>(rep[static_cast<std::size_t>(b)]) == want);
+      distinct += want == b;
+    }
+    CHECK(distinct >= 2);
+  }
 }

@@ -2,7 +2,8 @@
 // logits with the real deepseek-llm and llama-spm vocabularies (INFERKIT_TEST_VOCAB_DIR), always
 // produces output that json.gbnf accepts and, for schemas, that python3-jsonschema judges valid;
 // the state survives to_bytes / from_bytes (replayed), copies fork independently, rollback(n)
-// after drafted tokens gives the mask of a state that never saw them.
+// after drafted tokens gives the mask of a state that never saw them; the greedy path
+// (GrammarConstraint::greedy, masked_argmax) picks the token a naive loop over every id finds.
 
 #include <catch2/catch.hpp>
 
@@ -159,4 +160,147 @@ TEST_CASE("GrammarConstraint: bytes round trip, copies fork, rollback undoes dra
   CHECK(a == b);
   CHECK(copy.tokens.size() == 7);  // the copy kept its tokens
   CHECK_THROWS_AS(stage.rollback(st, 4), std::invalid_argument);
+}
+
+namespace {
+
+// The greedy reference, independent of masks and tries: every id of the vocabulary tried with the
+// byte matcher (an end-of-generation id where the output is complete), the largest logit in
+// double, the lowest id among equal ones, -inf never; -1 when nothing is left.
+TokenId naive_masked_argmax(const ik::ByteMatcher& state, const ik::TokenTrie& trie, const std::vector<float>& l) {
+  TokenId best = -1;
+  double best_v = 0;
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    const auto id = static_cast<TokenId>(i);
+    const double v = l[i];
+    if (v == -INFINITY) continue;
+    bool allowed = false;
+    if (trie.is_eos(id)) {
+      allowed = state.is_complete();
+    } else if (!trie.bytes(id).empty()) {
+      ik::ByteMatcher probe = state;
+      allowed = probe.accept_bytes(trie.bytes(id));
+    }
+    if (allowed && (best < 0 || v > best_v)) best = id, best_v = v;
+  }
+  return best;
+}
+
+// Greedy decoding of `steps` tokens under random logits of kind `kind` (0 normal, 1 ties: values
+// in steps of 1/2, 2: also 40% -inf): the greedy stage's token equals the naive reference and
+// grammar -> temperature(0) at every step. Returns the steps that ran.
+int compare_greedy(const std::shared_ptr<const ik::TokenMasker>& masker, int steps, int kind, std::mt19937& rng) {
+  const ik::TokenTrie& trie = masker->trie();
+  ik::SamplerChain greedy, plain;
+  greedy.add(ik::GrammarConstraint{masker, true});
+  plain.add(ik::GrammarConstraint{masker}).add(ik::Temperature{0.0f});
+  CHECK(greedy.describe().find(", greedy)") != std::string::npos);
+  ik::SamplerState gs = greedy.make_state(), ps = plain.make_state();
+  ik::GrammarMatcher ref(masker);  // the reference's state: advanced by the tokens chosen
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<double> u;
+  std::vector<float> logits(trie.vocab_size());
+  int ran = 0;
+  for (int step = 0; step < steps && !ref.is_terminated(); ++step, ++ran) {
+    for (float& x : logits) {
+      x = kind == 0 ? nd(rng) : std::round(2.0f * nd(rng)) / 2.0f;
+      if (kind == 2 && u(rng) < 0.4) x = -INFINITY;
+    }
+    const TokenId want = naive_masked_argmax(ref.state(), trie, logits);
+    if (want < 0) {  // every allowed token at -inf: both stages refuse, naming it
+      std::vector<float> a = logits, b = logits;
+      CHECK_THROWS_WITH(greedy.sample(a, {}, gs, ik::CounterRng(7), static_cast<std::uint64_t>(step)),
+                        Catch::Contains("grammar stage candidates"));
+      CHECK_THROWS_WITH(plain.sample(b, {}, ps, ik::CounterRng(7), static_cast<std::uint64_t>(step)),
+                        Catch::Contains("grammar stage candidates"));
+      break;
+    }
+    std::vector<float> a = logits, b = logits;
+    const TokenId got = greedy.sample(a, {}, gs, ik::CounterRng(7), static_cast<std::uint64_t>(step));
+    const TokenId also = plain.sample(b, {}, ps, ik::CounterRng(7), static_cast<std::uint64_t>(step));
+    INFO("step " << step << " kind " << kind);
+    REQUIRE(got == want);
+    REQUIRE(also == want);
+    greedy.accept(gs, got);
+    plain.accept(ps, also);
+    ref.accept(want);
+  }
+  return ran;
+}
+
+}  // namespace
+
+TEST_CASE("GrammarConstraint: the greedy path equals a naive masked argmax (ties, -inf, NaN)", "[sampling][grammar]") {
+  std::mt19937 rng(30);
+  // A synthetic vocabulary: pieces of JSON that split strings and numbers, so masks change.
+  const auto g = std::make_shared<const ik::Grammar>(ik::json_schema_grammar(
+      R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"array","items":{"type":"string"}}}})"));
+  const ik::Vocabulary v =
+      grammar_test::synthetic_vocabulary({"{", "}",     "{\"a\":", "\"a\"", ":", "1", "2",  "12", "-", ",\"b\":[", "\"",
+                                          "x", "\"x\"", "\"y",     "z\"",   ",", "]", "]}", " ",  "[", "\"b\""});
+  const auto trie = std::make_shared<const ik::TokenTrie>(ik::TokenTrie::from_vocabulary(v));
+  const auto masker = std::make_shared<const ik::TokenMasker>(g, trie);
+  int ran = 0;
+  for (int rep = 0; rep < 200; ++rep) ran += compare_greedy(masker, 30, rep % 3, rng);
+  CHECK(ran > 1000);
+  // Only ties: every allowed token at one value, the lowest allowed id wins.
+  {
+    ik::SamplerChain greedy;
+    greedy.add(ik::GrammarConstraint{masker, true});
+    ik::SamplerState s = greedy.make_state();
+    std::vector<float> flat(v.size(), 0.5f);
+    const TokenId want = naive_masked_argmax(ik::ByteMatcher(*g), *trie, flat);
+    CHECK(greedy.sample(flat, {}, s, ik::CounterRng(1), 0) == want);
+  }
+  // NaN or +inf in the row: refused naming the logit (the candidates' check), greedy or not.
+  for (const float bad : {NAN, INFINITY}) {
+    ik::SamplerChain greedy;
+    greedy.add(ik::GrammarConstraint{masker, true});
+    ik::SamplerState s = greedy.make_state();
+    std::vector<float> l(v.size(), 0.0f);
+    l[3] = bad;
+    CHECK_THROWS_WITH(greedy.sample(l, {}, s, ik::CounterRng(1), 0), Catch::Contains("logits[3]"));
+  }
+  // After a stage that cut the row to a list (top-k before the grammar): the greedy stage equals
+  // grammar -> temperature(0) on that list.
+  for (int rep = 0; rep < 200; ++rep) {
+    ik::SamplerChain greedy, plain;
+    greedy.add(ik::TopK{8}).add(ik::GrammarConstraint{masker, true});
+    plain.add(ik::TopK{8}).add(ik::GrammarConstraint{masker}).add(ik::Temperature{0.0f});
+    ik::SamplerState gs = greedy.make_state(), ps = plain.make_state();
+    std::normal_distribution<float> nd;
+    std::vector<float> l(v.size());
+    for (float& x : l) x = std::round(2.0f * nd(rng)) / 2.0f;
+    std::vector<float> a = l, b = l;
+    TokenId x = -2, y = -3;
+    try {
+      x = greedy.sample(a, {}, gs, ik::CounterRng(1), 0);
+    } catch (const std::invalid_argument&) {
+      x = -1;
+    }
+    try {
+      y = plain.sample(b, {}, ps, ik::CounterRng(1), 0);
+    } catch (const std::invalid_argument&) {
+      y = -1;
+    }
+    CHECK(x == y);
+  }
+  // The real vocabularies: json.gbnf decoded greedily, every step against the naive loop.
+  const auto vdir = grammar_test::vocab_dir();
+  const auto gdir = grammar_test::grammar_dir();
+  if (!vdir || !gdir) {
+    WARN("INFERKIT_TEST_VOCAB_DIR or INFERKIT_TEST_GRAMMAR_DIR is not set: real vocabularies skipped");
+    return;
+  }
+  const auto json = std::make_shared<const ik::Grammar>(ik::parse_gbnf(grammar_test::read_file(*gdir + "/json.gbnf")));
+  int real = 0;
+  for (const char* name : {"deepseek-llm", "llama-spm"}) {
+    INFO(name);
+    const auto file = ik::GgufFile::open(*vdir + "/ggml-vocab-" + std::string(name) + ".gguf");
+    const auto rt =
+        std::make_shared<const ik::TokenTrie>(ik::TokenTrie::from_vocabulary(ik::vocabulary_from_gguf(file)));
+    const auto m = std::make_shared<const ik::TokenMasker>(json, rt);
+    for (int kind = 0; kind < 3; ++kind) real += compare_greedy(m, 6, kind, rng);
+  }
+  CHECK(real >= 24);  // of 36: a kind-2 row may leave no allowed token early
 }

@@ -162,6 +162,15 @@ class ByteMatcher {
   bool operator==(const ByteMatcher& o) const {
     return stacks_ == o.stacks_ && bits_ == o.bits_ && have_ == o.have_ && need_ == o.need_;
   }
+  /// A hash of what operator== compares (the mask walk interns the states it meets by it).
+  std::size_t hash() const {
+    std::uint64_t h = 1469598103934665603ull ^ (bits_ | std::uint64_t{have_} << 32 | std::uint64_t{need_} << 40);
+    for (const GrammarStack& s : stacks_) {
+      h = (h ^ s.size()) * 1099511628211ull;
+      for (const std::uint32_t v : s) h = (h ^ v) * 1099511628211ull;
+    }
+    return static_cast<std::size_t>(h);
+  }
   /// Exchanges states.
   void swap(ByteMatcher& o) noexcept {
     std::swap(grammar_, o.grammar_);
@@ -254,7 +263,32 @@ class ByteMatcher {
                                     : c.intersects(lo, hi);
       if (meets) stacks_.push_back(s);
     }
-    return !stacks_.empty();
+    if (stacks_.empty()) return false;
+    canonicalize_prefix();
+    return true;
+  }
+
+  // When every stack's class holds every code point of the open character's length (JSON string
+  // content: [^"\\] and the like) and the bytes still to come are unconstrained by UTF-8 (any
+  // continuation byte completes a valid character: not after a lead E0, ED, F0 or F4, Unicode 15
+  // Table 3-7), which character this is changes nothing: every stack takes it. The open bits are
+  // then replaced by one fixed valid prefix of the same length, so the ~400 distinct prefixes of a
+  // vocabulary's multi-byte tokens become a handful of equal states (the mask walk interns
+  // states: token_mask.hpp).
+  void canonicalize_prefix() {
+    if (have_ == 1) {
+      const std::uint32_t lead = bits_ | (0xFF00u >> need_ & 0xFFu);  // the lead byte back
+      if (lead == 0xE0 || lead == 0xED || lead == 0xF0 || lead == 0xF4) return;
+    }
+    for (const GrammarStack& s : stacks_) {
+      const CharClass& c = grammar_->chars(grammar_->element(s.back()).index);
+      const bool all = need_ == 2   ? c.covers(0x80, 0x7FF)
+                       : need_ == 3 ? c.covers(0x800, 0xD7FF) && c.covers(0xE000, 0xFFFF)
+                                    : c.covers(0x10000, kMaxCodePoint);
+      if (!all) return;
+    }
+    // need 2: C2; need 3 and 4: E1 / F1 followed by 80 bytes (all valid leads of their length).
+    bits_ = need_ == 2 ? 2u : std::uint32_t{1} << (6 * (have_ - 1));
   }
 
   const Grammar* grammar_;

@@ -89,6 +89,14 @@ class CharClass {
       if (r.lo <= hi && lo <= r.hi) return true;
     return false;
   }
+  /// Whether the set holds every code point of [lo, hi].
+  bool covers(char32_t lo, char32_t hi) const {
+    const auto it =
+        std::upper_bound(ranges_.begin(), ranges_.end(), lo, [](char32_t v, const Range& r) { return v < r.lo; });
+    return it != ranges_.begin() && hi <= std::prev(it)->hi;  // ranges are non-adjacent: one must hold it all
+  }
+  /// Membership of U+0000..U+007F as two words (bit c of word c / 64).
+  std::uint64_t ascii_word(int w) const { return ascii_[w & 1]; }
   bool empty() const { return ranges_.empty(); }                              ///< no code point at all
   const std::vector<Range>& ranges() const { return ranges_; }                ///< sorted, disjoint, non-adjacent
   bool operator==(const CharClass& o) const { return ranges_ == o.ranges_; }  ///< same set

@@ -57,6 +57,7 @@ class TokenBitset {
         f(static_cast<TokenId>(i * 64 + static_cast<std::size_t>(std::countr_zero(w))));
   }
   const std::vector<std::uint64_t>& words() const { return words_; }  ///< bit i of word i/64 is id i
+  std::uint64_t* word_data() { return words_.data(); }                ///< the words, writable (fast fills)
   bool operator==(const TokenBitset&) const = default;                ///< same size and ids
 
  private:

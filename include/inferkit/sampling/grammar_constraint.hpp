@@ -29,6 +29,7 @@
 
 #include "inferkit/core/error.hpp"
 #include "inferkit/grammar/grammar_matcher.hpp"
+#include "inferkit/grammar/masked_argmax.hpp"
 #include "inferkit/grammar/token_bitset.hpp"
 #include "inferkit/grammar/token_mask.hpp"
 #include "inferkit/sampling/candidates.hpp"
@@ -84,6 +85,11 @@ inline void apply_grammar_mask(std::span<float> logits, const TokenBitset& mask)
 /// The grammar stage's parameters: the masker of the grammar and vocabulary (shared by requests).
 struct GrammarConstraint {
   std::shared_ptr<const TokenMasker> masker;  ///< never null (validate())
+  /// Keep only the allowed token of largest logit (lowest id among ties): the stage then equals
+  /// grammar -> temperature(0), for a chain decoding greedily with no stage after it that
+  /// changes logits. On the full row it is one pass of masked_argmax over logits and mask
+  /// (grammar/masked_argmax.hpp), not a list of every allowed id.
+  bool greedy = false;
 
   /// The registered name, "grammar": describe() starts with it.
   static constexpr std::string_view kName = "grammar";
@@ -93,9 +99,16 @@ struct GrammarConstraint {
   using State = GrammarConstraintState;
   /// Throws std::invalid_argument when the masker is missing.
   void validate() const { require(masker != nullptr, "grammar masker", "null", "must be given"); }
-  /// "grammar(rules)": the grammar's rule count (helper rules included).
+  /// "grammar(rules)": the grammar's rule count (helper rules included); "grammar(rules, greedy)"
+  /// on the greedy path.
   std::string describe() const {
-    return masker ? describe_rule(kName, {double(masker->grammar().rule_count())}) : std::string("grammar()");
+    if (!masker) return "grammar()";
+    std::string d = describe_rule(kName, {double(masker->grammar().rule_count())});
+    if (greedy) {
+      d.pop_back();  // ")"
+      d += ", greedy)";
+    }
+    return d;
   }
   /// No token committed yet.
   State initial_state() const { return {}; }
@@ -115,6 +128,21 @@ struct GrammarConstraint {
             c.vocab_size(), "must equal the grammar's vocabulary size " + std::to_string(masker->trie().vocab_size()));
     TokenBitset mask;
     matcher(s).fill_mask(mask);
+    if (greedy) {
+      TokenId best = -1;
+      if (c.dense()) {
+        best = masked_argmax(c.logits(), mask);  // -inf never chosen; Candidates refused NaN
+      } else {
+        float best_v = -std::numeric_limits<float>::infinity();
+        for (const TokenId id : c.ids())  // ascending: the first of equal logits stays
+          if (mask.test(id) && c.logits()[static_cast<std::size_t>(id)] > best_v)
+            best = id, best_v = c.logits()[static_cast<std::size_t>(id)];
+      }
+      if (best < 0) [[unlikely]]
+        throw_none_allowed(mask);
+      c.restrict_to({best});
+      return;
+    }
     std::vector<TokenId> kept;
     if (c.dense()) {  // the first stage: walk the mask's set bits, not the whole row
       const std::span<const float> l = c.logits();
@@ -126,12 +154,7 @@ struct GrammarConstraint {
         if (mask.test(id)) kept.push_back(id);
     }
     if (kept.empty()) [[unlikely]]
-      throw_invalid_argument("grammar stage candidates", 0,
-                             mask.count() == 0
-                                 ? "no token of the vocabulary continues the output (the grammar's next bytes start "
-                                   "no token: a dead end of this vocabulary)"
-                                 : "none of the candidates is allowed by the grammar (a stage before it removed "
-                                   "them all)");
+      throw_none_allowed(mask);
     c.restrict_to(std::move(kept));
   }
   /// Advances the grammar by the committed token (std::invalid_argument naming it when the grammar
@@ -156,6 +179,16 @@ struct GrammarConstraint {
       s.tokens.resize(s.tokens.size() - n);
       s.matcher.reset();  // replayed on next use
     }
+  }
+
+ private:
+  [[noreturn, gnu::noinline, gnu::cold]] static void throw_none_allowed(const TokenBitset& mask) {
+    throw_invalid_argument("grammar stage candidates", 0,
+                           mask.count() == 0
+                               ? "no token of the vocabulary continues the output (the grammar's next bytes start "
+                                 "no token: a dead end of this vocabulary)"
+                               : "none of the candidates is allowed by the grammar (a stage before it removed "
+                                 "them all)");
   }
 };
 
