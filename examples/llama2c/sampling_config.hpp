@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include <inferkit/inferkit.hpp>
@@ -51,15 +52,21 @@ inline TokenId naive_sample(std::span<float> logits, std::span<const TokenId> hi
 
 /// The chain: the penalties see the last repeat_last_n tokens, DRY and the sequence rules the
 /// whole sequence passed to sample(); with a grammar, its stage first (masks before penalties,
-/// temperature and truncation: a truncation run first could leave no allowed token).
+/// temperature and truncation: a truncation run first could leave no allowed token). When the
+/// rest starts with temperature 0 (no penalty or bias before it; every stage after it sees the
+/// argmax alone), the grammar stage takes its greedy path (one masked argmax over the row, no
+/// list of allowed ids): the same token.
 inline inferkit::SamplerChain make_chain(const SamplingConfig& s) {
   inferkit::SamplingParams p = s.params;
   p.penalty_last_n = std::max<Index>(s.repeat_last_n, 0);
   inferkit::SamplerChain preset =
       s.llama_cpp_order ? inferkit::presets::llama_cpp(p) : inferkit::presets::huggingface(p);
   if (!s.grammar) return preset;
+  const auto& rest = preset.processors();
+  const bool greedy = !rest.empty() && std::holds_alternative<inferkit::Temperature>(rest[0]) &&
+                      std::get<inferkit::Temperature>(rest[0]).value == 0.0f;
   inferkit::SamplerChain chain;
-  chain.add(inferkit::GrammarConstraint{s.grammar});
+  chain.add(inferkit::GrammarConstraint{s.grammar, greedy});
   for (const inferkit::Processor& q : preset.processors()) chain.add(q);
   return chain;
 }

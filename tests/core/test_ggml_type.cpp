@@ -31,18 +31,19 @@ TEST_CASE("ggml block sizes and bytes follow the published block layouts", "[cor
       {GgmlType::kI16, 1, 2},
       {GgmlType::kI32, 1, 4},
       {GgmlType::kI64, 1, 8},
-      {GgmlType::kQ4_0, 32, kHalfBytes + 32 / 2},                           // d, 32 nibbles
-      {GgmlType::kQ4_1, 32, kHalfBytes + kHalfBytes + 32 / 2},                   // d, m, 32 nibbles
-      {GgmlType::kQ5_0, 32, kHalfBytes + 4 + 32 / 2},                       // d, 32 high bits, nibbles
-      {GgmlType::kQ5_1, 32, kHalfBytes + kHalfBytes + 4 + 32 / 2},               // d, m, high bits, nibbles
-      {GgmlType::kQ8_0, 32, kHalfBytes + 32},                               // d, 32 int8
-      {GgmlType::kQ8_1, 32, kHalfBytes + kHalfBytes + 32},                       // d, s = d * sum, 32 int8
-      {GgmlType::kQ2_K, 256, 256 / 16 + 256 / 4 + kHalfBytes + kHalfBytes},      // 4-bit scale+min per 16, 2-bit codes, d, dmin
-      {GgmlType::kQ3_K, 256, 256 / 8 + 256 / 4 + 12 + kHalfBytes},          // high-bit mask, 2-bit low, 6-bit scales, d
-      {GgmlType::kQ4_K, 256, kHalfBytes + kHalfBytes + 12 + 256 / 2},            // d, dmin, 6-bit scales+mins, nibbles
+      {GgmlType::kQ4_0, 32, kHalfBytes + 32 / 2},                   // d, 32 nibbles
+      {GgmlType::kQ4_1, 32, kHalfBytes + kHalfBytes + 32 / 2},      // d, m, 32 nibbles
+      {GgmlType::kQ5_0, 32, kHalfBytes + 4 + 32 / 2},               // d, 32 high bits, nibbles
+      {GgmlType::kQ5_1, 32, kHalfBytes + kHalfBytes + 4 + 32 / 2},  // d, m, high bits, nibbles
+      {GgmlType::kQ8_0, 32, kHalfBytes + 32},                       // d, 32 int8
+      {GgmlType::kQ8_1, 32, kHalfBytes + kHalfBytes + 32},          // d, s = d * sum, 32 int8
+      {GgmlType::kQ2_K, 256,
+       256 / 16 + 256 / 4 + kHalfBytes + kHalfBytes},                  // 4-bit scale+min per 16, 2-bit codes, d, dmin
+      {GgmlType::kQ3_K, 256, 256 / 8 + 256 / 4 + 12 + kHalfBytes},     // high-bit mask, 2-bit low, 6-bit scales, d
+      {GgmlType::kQ4_K, 256, kHalfBytes + kHalfBytes + 12 + 256 / 2},  // d, dmin, 6-bit scales+mins, nibbles
       {GgmlType::kQ5_K, 256, kHalfBytes + kHalfBytes + 12 + 256 / 8 + 256 / 2},  // + high-bit plane
-      {GgmlType::kQ6_K, 256, 256 / 2 + 256 / 4 + 256 / 16 + kHalfBytes},    // low nibbles, high 2 bits, int8 scales, d
-      {GgmlType::kQ8_K, 256, 4 + 256 + 256 / 16 * 2},                  // float d, int8 codes, int16 block sums
+      {GgmlType::kQ6_K, 256, 256 / 2 + 256 / 4 + 256 / 16 + kHalfBytes},  // low nibbles, high 2 bits, int8 scales, d
+      {GgmlType::kQ8_K, 256, 4 + 256 + 256 / 16 * 2},                     // float d, int8 codes, int16 block sums
   };
   for (const auto& l : layouts) {
     INFO(inferkit::ggml_type_name(l.type));

@@ -1,17 +1,23 @@
 #pragma once
 // Helpers of the example tests: the real-checkpoint path, running a shell command or the llama2c
-// CLI (exit status, output), and numeric fields of its "name value" output lines.
+// CLI (exit status, output), numeric fields of its "name value" output lines, token-id files and
+// temporary paths.
 
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace cli_test {
 
@@ -19,6 +25,21 @@ namespace cli_test {
 inline std::string test_model() {
   const char* p = std::getenv("INFERKIT_TEST_MODEL");
   return p ? p : "";
+}
+
+/// The whitespace-separated token ids of a text file (a reference output such as
+/// stories260K_greedy256.txt).
+inline std::vector<std::int32_t> read_ids(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::int32_t> ids;
+  for (std::int32_t t; f >> t;) ids.push_back(t);
+  return ids;
+}
+
+/// A path in the temp directory unique to this process (ctest runs test cases in parallel).
+inline std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("inferkit_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 /// Runs a shell command; returns (exit status, stdout) (stderr passes through).

@@ -22,23 +22,13 @@
 #include "llama2c/llama2c.hpp"
 #include "llama2c/serve.hpp"
 
+using cli_test::read_ids;
 using cli_test::run_cli;
+using cli_test::temp_path;
 using llama2c::Index;
 using llama2c::TokenId;
 
 namespace {
-
-std::vector<TokenId> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<TokenId> ids;
-  TokenId t;
-  while (f >> t) ids.push_back(t);
-  return ids;
-}
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("inferkit_test_gguf_model_" + name)).string();
-}
 
 // ---- a tiny model: its shape, weights (exact in F16 and BF16: multiples of 1/256 below 1) ----
 

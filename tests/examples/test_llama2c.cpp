@@ -17,18 +17,11 @@
 using llama2c::Index;
 using llama2c::TokenId;
 
+using cli_test::read_ids;
 using cli_test::run_cli;
 using cli_test::test_model;
 
 namespace {
-
-std::vector<TokenId> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<TokenId> ids;
-  TokenId t;
-  while (f >> t) ids.push_back(t);
-  return ids;
-}
 
 llama2c::Model small_random(int layers, int kv_heads, std::uint64_t seed) {
   llama2c::Config c;

@@ -20,15 +20,11 @@
 
 using cli_test::run_cli;
 using cli_test::shell;
+using cli_test::temp_path;
 
 namespace {
 
 using TokenId = inferkit::TokenId;
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("inferkit_test_grammar_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
 
 // The files a test case wrote, removed when it ends (ctest runs cases in separate processes).
 struct TempFiles {
@@ -185,6 +181,15 @@ TEST_CASE(
     }
   // The judge is not lenient: an instance breaking the schema is refused.
   CHECK(judge(schema, write("bad.json", R"({"name":"x","age":121,"color":"red","tags":["a"],"ok":true})")) != "valid");
+  // Temperature 0 takes the grammar stage's greedy path (one masked argmax over the row); top-k 1
+  // at temperature 1 reaches its token through the list of allowed ids and a truncation: the
+  // same text.
+  const std::string base = "generate --model " + gguf + " --json-schema " + schema + " --steps 400 --seed 3";
+  const auto [gs, greedy] = run_stdout(base + " --temperature 0");
+  const auto [ts, top1] = run_stdout(base + " --temperature 1 --top-k 1");
+  REQUIRE(gs == 0);
+  REQUIRE(ts == 0);
+  CHECK(greedy == top1);
   std::filesystem::remove(gguf);
 }
 

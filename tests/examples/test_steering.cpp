@@ -24,6 +24,7 @@ using llama2c::Index;
 using llama2c::TokenId;
 
 using cli_test::run_cli;
+using cli_test::temp_path;
 using cli_test::test_model;
 
 namespace {
@@ -83,11 +84,6 @@ double steering_field(const std::string& out, const std::string& key) {
   }
   FAIL("no '" << key << "' in: " << out);
   return 0;
-}
-
-// A path in the temp directory unique to this process (test cases may run in parallel).
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("inferkit_" + std::to_string(getpid()) + "_" + name)).string();
 }
 
 void write_lines(const std::string& path, const std::vector<std::vector<TokenId>>& lines) {
