@@ -6,16 +6,16 @@
 // distribution at every position before testing acceptance.
 //
 // Tree verification (sampling/tree_verify.hpp), 64 nodes: a spine of 8 levels, each spine node
-// (and the root) with 8 children, the spine child first:
-//   speculative_tree/inferkit/V<vocab>/<case>, counter `us`; the chain baseline is
-//   speculative/inferkit/V<vocab>_k8 above (the same depth, 8 drafts).
+// (and the root) with 8 children, the spine child first; 16 nodes: 4 levels of 4 children:
+//   speculative_tree/inferkit/V<vocab>/nodes<n>/<case>, counter `us`; the chain baseline is
+//   speculative/inferkit/V<vocab>_k8 above (k4 for 16 nodes: the same depth, one draft per level).
 //   case 0 sampled_accept_path: p == q, the first child accepted at every level, bonus at depth 8
 //   case 1 sampled_reject_root: p gives the root's 8 children nothing: 8 rejections, residual draw
 //   case 2 deterministic_second: the first child of every level rejected, the second (a leaf)
 //          accepted at the root; i.e. one rejection, then a bonus
 //   case 3 deterministic_reject_root: all 8 root children rejected (8 removals), draw from the rest
-//   case 4 greedy_path: greedy verification along the spine to depth 8
-//   case 5 chain_greedy: the chain baseline of case 4, verify_greedy on the 8 spine tokens
+//   case 4 greedy_path: greedy verification along the spine to depth 8 (4)
+//   case 5 chain_greedy: the chain baseline of case 4, verify_greedy on the 8 (4) spine tokens
 //
 // Accepted tokens per target pass, tree against chain at the same number of verified rows
 // (16: 15 drafts + the root), synthetic Markov target P and draft Q (V = 64, Q a perturbed P;
@@ -127,12 +127,12 @@ BENCHMARK(BM_verify<false>)->Name("speculative/inferkit")->Apply(args);
 BENCHMARK(BM_verify<true>)->Name("speculative/naive")->Apply(args);
 
 struct TreeCase {
-  static constexpr Index kLevels = 8, kWidth = 8;
+  Index kLevels, kWidth;
   Index vocab;
   inferkit::TokenTree tree;
   std::vector<float> q, p, chain_p;  // chain_p: the rows of the root and the spine (case 5)
   std::vector<TokenId> spine_tokens;
-  TreeCase(Index v, int kind) : vocab(v) {
+  TreeCase(Index v, Index nodes, int kind) : kLevels(nodes == 16 ? 4 : 8), kWidth(nodes == 16 ? 4 : 8), vocab(v) {
     // Nodes level by level (spine child first), reordered depth-first.
     std::vector<TokenId> tok;
     std::vector<Index> par;
@@ -179,8 +179,8 @@ struct TreeCase {
 };
 
 void BM_verify_tree(benchmark::State& state) {
-  const int kind = static_cast<int>(state.range(1));
-  const TreeCase c(state.range(0), kind);
+  const int kind = static_cast<int>(state.range(2));
+  const TreeCase c(state.range(0), state.range(1), kind);
   const inferkit::MatrixView<const float> q(c.q.data(), c.tree.expanded_count(), c.vocab),
       p(c.p.data(), c.tree.size() + 1, c.vocab);
   const inferkit::CounterRng rng(3);
@@ -294,8 +294,8 @@ BENCHMARK(BM_tokens_per_pass)
 
 BENCHMARK(BM_verify_tree)
     ->Name("speculative_tree/inferkit")
-    ->ArgsProduct({{128256}, {0, 1, 2, 3, 4, 5}})
-    ->ArgNames({"V", "case"})
+    ->ArgsProduct({{128256}, {16, 64}, {0, 1, 2, 3, 4, 5}})
+    ->ArgNames({"V", "nodes", "case"})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
