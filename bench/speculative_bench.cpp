@@ -17,6 +17,11 @@
 //   case 4 greedy_path: greedy verification along the spine to depth 8 (4)
 //   case 5 chain_greedy: the chain baseline of case 4, verify_greedy on the 8 (4) spine tokens
 //
+// The greedy rule's row read (sampling/row_argmax.hpp), V = 128,256, nine rows of a 65-row matrix
+// (the 64-node tree's spine, as in case 4; 4.6 MB, so the rows come from L3), counter us per row:
+//   speculative_argmax/inferkit: row_argmax; speculative_argmax/scan_logits: logits.hpp's
+//   scan_logits (the argmax before row_argmax); speculative_argmax/naive: a scalar loop.
+//
 // Accepted tokens per target pass, tree against chain at the same number of verified rows
 // (16: 15 drafts + the root), synthetic Markov target P and draft Q (V = 64, Q a perturbed P;
 // draft 0 close to P, draft 1 flatter and noisier, draft 2 a peaked target; see MarkovPair):
@@ -34,6 +39,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "inferkit/sampling/row_argmax.hpp"
 #include "inferkit/sampling/speculative.hpp"
 #include "inferkit/sampling/tree_builder.hpp"
 #include "inferkit/sampling/tree_verify.hpp"
@@ -197,6 +203,38 @@ void BM_verify_tree(benchmark::State& state) {
   }
   ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
+
+template <int kImpl>
+void BM_argmax(benchmark::State& state) {
+  const Index v = state.range(0);
+  const auto m = ib::normal_floats(static_cast<std::size_t>(v) * 65, 2.0f, 9);
+  const std::size_t rows[9] = {0, 1, 9, 17, 25, 33, 41, 49, 57};
+  double calls = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    for (std::size_t r : rows) {
+      const std::span<const float> row(m.data() + r * static_cast<std::size_t>(v), static_cast<std::size_t>(v));
+      if constexpr (kImpl == 0) benchmark::DoNotOptimize(inferkit::row_argmax(row));
+      if constexpr (kImpl == 1) benchmark::DoNotOptimize(inferkit::scan_logits(row));
+      if constexpr (kImpl == 2) {
+        std::size_t best = 0;
+        for (std::size_t i = 1; i < row.size(); ++i)
+          if (row[i] > row[best]) best = i;
+        benchmark::DoNotOptimize(best);
+      }
+    }
+    calls += 9;
+  }
+  state.counters["us"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e6 / calls;
+}
+
+BENCHMARK(BM_argmax<0>)->Name("speculative_argmax/inferkit")->Arg(128256)->ArgName("V")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_argmax<1>)
+    ->Name("speculative_argmax/scan_logits")
+    ->Arg(128256)
+    ->ArgName("V")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_argmax<2>)->Name("speculative_argmax/naive")->Arg(128256)->ArgName("V")->Unit(benchmark::kMicrosecond);
 
 /// Markov target and draft over 64 tokens: P rows of gamma(k) weights, Q = P^a * noise (draft 0:
 /// k = 0.3 (mean top probability 0.15), a = 0.7, noise in [0.5, 1.5], close to P; draft 1: k = 0.3,

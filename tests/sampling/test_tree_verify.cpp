@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "inferkit/sampling/speculative.hpp"
@@ -348,4 +350,133 @@ TEST_CASE("tree verification rejects malformed input", "[sampling][tree_verify][
   std::vector<float> big(66 * 4, 0.25f);
   CHECK_THROWS_WITH(inferkit::verify_point_mass_draft(long_draft, {big.data(), 66, 4}, rng, 0),
                     Contains("tree size = 65"));
+}
+
+namespace {
+
+// The reference argmax: the lowest id of the largest value, compared in double.
+TokenId naive_argmax(const float* row, Index v) {
+  Index best = 0;
+  for (Index i = 1; i < v; ++i)
+    if (double(row[i]) > double(row[best])) best = i;
+  return TokenId(best);
+}
+
+// A row whose values come from a few levels (many exact ties, sometimes -inf), so the lowest-id
+// rule is exercised in every block and lane.
+std::vector<float> tied_row(Index v, std::mt19937& gen) {
+  std::vector<float> row(static_cast<std::size_t>(v));
+  const unsigned levels = 1 + gen() % 6;
+  for (auto& x : row) {
+    const unsigned l = gen() % (levels + 1);
+    x = l == levels ? -std::numeric_limits<float>::infinity() : float(l) * 0.5f - 1.0f;
+  }
+  row[gen() % row.size()] = float(levels) * 0.5f - 1.0f;  // at least one finite value
+  return row;
+}
+
+}  // namespace
+
+TEST_CASE("row_argmax: every path equals a naive fp64 argmax, lowest id among ties", "[sampling][tree_verify]") {
+  using inferkit::RowArgmaxPath;
+  std::mt19937 gen(31);
+  const std::vector<Index> sizes = {1, 2, 7, 8, 15, 16, 17, 63, 64, 65, 1023, 1024, 1025, 2047, 3000, 128256};
+  int checked = 0;
+  for (RowArgmaxPath path :
+       {RowArgmaxPath::kAuto, RowArgmaxPath::kScalar, RowArgmaxPath::kAvx2, RowArgmaxPath::kAvx512}) {
+    if (!inferkit::has_row_argmax_path(path)) continue;
+    for (int trial = 0; trial < 120; ++trial) {
+      const Index v = trial < Index(sizes.size()) ? sizes[std::size_t(trial)] : 1 + Index(gen() % 5000);
+      std::vector<float> row;
+      if (trial % 3 == 0) {
+        std::normal_distribution<float> nd(0.0f, 3.0f);
+        for (Index i = 0; i < v; ++i) row.push_back(nd(gen));
+        row[gen() % row.size()] = 50.0f;                 // the max, somewhere
+        if (gen() % 2) row[gen() % row.size()] = 50.0f;  // sometimes twice
+      } else {
+        row = tied_row(v, gen);
+      }
+      const auto s = inferkit::row_argmax(row, path);
+      REQUIRE(s.argmax == naive_argmax(row.data(), v));
+      CHECK(s.max == row[std::size_t(s.argmax)]);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 240);  // at least the scalar path and the build's widest
+}
+
+TEST_CASE("row_argmax: NaN, +inf and all -inf rows are refused as scan_logits refuses them",
+          "[sampling][tree_verify][errors]") {
+  using inferkit::RowArgmaxPath;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (RowArgmaxPath path :
+       {RowArgmaxPath::kAuto, RowArgmaxPath::kScalar, RowArgmaxPath::kAvx2, RowArgmaxPath::kAvx512}) {
+    if (!inferkit::has_row_argmax_path(path)) {
+      CHECK_THROWS_WITH(inferkit::row_argmax(std::vector<float>{1.0f}, path), Contains("is not in this build"));
+      continue;
+    }
+    for (Index v : {5, 16, 1000, 1030, 4099}) {
+      for (Index at : {Index(0), v / 2, v - 1}) {
+        for (float bad : {nan, -nan, inf}) {
+          std::vector<float> row(static_cast<std::size_t>(v), 1.0f);
+          row[std::size_t(at)] = bad;
+          if (at > 0) row[0] = inf;  // an earlier bad value is the one named
+          const std::string first = "logits[" + std::to_string(0) + "]";
+          const std::string named = at > 0 ? first : "logits[" + std::to_string(at) + "]";
+          CHECK_THROWS_WITH(inferkit::row_argmax(row, path), Contains(named));
+          std::string expected;
+          try {
+            (void)inferkit::scan_logits(row);
+          } catch (const std::invalid_argument& e) {
+            expected = e.what();
+          }
+          CHECK_THROWS_WITH(inferkit::row_argmax(row, path), expected);
+        }
+        std::vector<float> row(static_cast<std::size_t>(v), 1.0f);
+        row[std::size_t(at)] = nan;  // the only bad value, anywhere in the row
+        CHECK_THROWS_WITH(inferkit::row_argmax(row, path), Contains("logits[" + std::to_string(at) + "]"));
+      }
+      CHECK_THROWS_WITH(inferkit::row_argmax(std::vector<float>(std::size_t(v), -inf), path),
+                        Contains("no logit is finite"));
+    }
+    CHECK_THROWS_WITH(inferkit::row_argmax(std::vector<float>{}, path), Contains("logits.size()"));
+  }
+}
+
+TEST_CASE("greedy tree verification equals a naive fp64 walk on random trees with ties", "[sampling][tree_verify]") {
+  // Rows with many tied maxima and trees whose siblings repeat tokens (several matching children
+  // at a position): the reference argmaxes every row in double, marks the matching nodes from the
+  // root down, and takes the deepest, the first in depth-first order among equally deep ones.
+  std::mt19937 gen(3131);
+  for (int trial = 0; trial < 400; ++trial) {
+    const Index v = trial % 4 == 0 ? 1025 + Index(gen() % 2000) : 2 + Index(gen() % 6);
+    const Index n = Index(gen() % (TokenTree::kMaxNodes + 1));
+    std::vector<float> target;
+    for (Index u = 0; u <= n; ++u) {
+      const auto row = tied_row(v, gen);
+      target.insert(target.end(), row.begin(), row.end());
+    }
+    std::vector<TokenId> best(std::size_t(n + 1));
+    for (Index u = 0; u <= n; ++u) best[std::size_t(u)] = naive_argmax(target.data() + u * v, v);
+    const auto parents = random_shape(n, gen);
+    TokenTree tree;
+    for (Index parent : parents)  // mostly the argmax (tied rows make it often repeat among siblings)
+      tree.add(parent, gen() % 3 ? best[std::size_t(parent + 1)] : TokenId(gen() % std::size_t(v)));
+    std::vector<char> match(std::size_t(n), 0);
+    Index deepest = -1;
+    for (Index i = 0; i < n; ++i) {  // parents come before children
+      const Index par = tree.parent(i);
+      match[std::size_t(i)] = (par < 0 || match[std::size_t(par)]) && tree.token(i) == best[std::size_t(par + 1)];
+      if (match[std::size_t(i)] && (deepest < 0 || tree.depth(i) > tree.depth(deepest))) deepest = i;
+    }
+    const auto r = inferkit::verify_tree_greedy(tree, {target.data(), n + 1, v});
+    std::vector<Index> path;
+    for (Index a = deepest; a >= 0; a = tree.parent(a)) path.insert(path.begin(), a);
+    REQUIRE(r.path == path);
+    REQUIRE(r.accepted == Index(path.size()));
+    REQUIRE(r.tokens.size() == path.size() + 1);
+    for (std::size_t j = 0; j < path.size(); ++j) CHECK(r.tokens[j] == tree.token(path[j]));
+    CHECK(r.tokens.back() == best[std::size_t(deepest + 1)]);
+    CHECK(r.bonus == (tree.first_child(deepest + 1) < 0));
+  }
 }

@@ -55,6 +55,7 @@
 #include "inferkit/core/view.hpp"
 #include "inferkit/sampling/categorical.hpp"
 #include "inferkit/sampling/logits.hpp"
+#include "inferkit/sampling/row_argmax.hpp"
 #include "inferkit/sampling/token_tree.hpp"
 
 namespace inferkit {
@@ -352,7 +353,9 @@ inline VerifyResult verify_tree_deterministic(const TokenTree& tree, MatrixView<
 /// Greedy verification: the longest root path whose every token is the target's argmax at its
 /// parent's position (rows of logits or probabilities [tree.size() + 1, V], ties to the lowest id;
 /// between equally long paths the first in depth-first order), then the argmax at the path's end
-/// (the bonus when that is a leaf). Argmaxes are taken only at the root and matching nodes.
+/// (the bonus when that is a leaf). Rows are read lazily down the tree: the root's argmax picks
+/// the children to follow, and only the rows of matching children are read (one row per accepted
+/// draft plus the last; siblings with the same token are each followed), by row_argmax.
 inline VerifyResult verify_tree_greedy(const TokenTree& tree, MatrixView<const float> target) {
   const Index n = tree.size();
   if (target.rows() != n + 1)
@@ -361,16 +364,21 @@ inline VerifyResult verify_tree_greedy(const TokenTree& tree, MatrixView<const f
     if (tree.token(i) >= target.cols())
       throw_out_of_range("tree.token(" + std::to_string(i) + ")", tree.token(i),
                          "must be in [0, " + std::to_string(target.cols()) + ")");
-  // best[u]: argmax at position u, computed for the root and matching nodes; -1 elsewhere.
+  // best[u]: the argmax at position u, read for the root and the matching nodes only.
   std::array<TokenId, TokenTree::kMaxNodes + 1> best;
-  best.fill(-1);
-  best[0] = argmax_token(target.row(0));
-  Index end = -1;  // deepest matching node
-  for (Index i = 0; i < n; ++i) {
-    const TokenId want = best[static_cast<std::size_t>(tree.parent(i) + 1)];
-    if (want < 0 || tree.token(i) != want) continue;
-    best[static_cast<std::size_t>(i + 1)] = argmax_token(target.row(i + 1));
-    if (end < 0 || tree.depth(i) > tree.depth(end)) end = i;
+  std::array<Index, TokenTree::kMaxNodes + 1> todo;  // matching positions whose children are unvisited
+  std::size_t pending = 0;
+  best[0] = row_argmax(target.row(0)).argmax;
+  todo[pending++] = 0;
+  Index end = -1;  // the deepest matching node, the lowest index (first depth-first) among equals
+  while (pending > 0) {
+    const Index u = todo[--pending];
+    for (Index c = tree.first_child(u); c >= 0; c = tree.next_sibling(c)) {
+      if (tree.token(c) != best[static_cast<std::size_t>(u)]) continue;
+      best[static_cast<std::size_t>(c + 1)] = row_argmax(target.row(c + 1)).argmax;
+      todo[pending++] = c + 1;
+      if (end < 0 || tree.depth(c) > tree.depth(end) || (tree.depth(c) == tree.depth(end) && c < end)) end = c;
+    }
   }
   VerifyResult res;
   for (Index a = end; a >= 0; a = tree.parent(a)) res.path.push_back(a);
