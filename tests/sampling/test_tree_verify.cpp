@@ -61,6 +61,53 @@ std::uint64_t chain_outcome_hash(int which, bool large = false) {
   return h;
 }
 
+// Tree verification outcomes over seeded random trees (up to 64 nodes, repeated sibling tokens,
+// V up to 6,000: several 1,024-token blocks and four-block groups per row), folded into one
+// FNV-1a hash; which: 0 sampled (verify_tree), 1 deterministic, 2 greedy.
+std::uint64_t tree_outcome_hash(int which) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t x) { h = (h ^ x) * 1099511628211ull; };
+  std::mt19937 gen(9090u + unsigned(which));
+  for (int c = 0; c < 300; ++c) {
+    const Index v = gen() % 4 == 0 ? 3 + Index(gen() % 40) : 1000 + Index(gen() % 5000);
+    const Index n = Index(gen() % 65);
+    std::vector<Index> parents, path;
+    for (Index i = 0; i < n; ++i) {
+      const std::size_t keep = gen() % (path.size() + 1);
+      path.resize(keep);
+      parents.push_back(keep == 0 ? TokenTree::kRoot : path.back());
+      path.push_back(i);
+    }
+    std::vector<TokenId> toks;
+    for (Index i = 0; i < n; ++i) toks.push_back(TokenId(gen() % std::size_t(gen() % 2 ? 3 : v)));
+    const TokenTree tree(toks, parents);
+    std::gamma_distribution<double> g(0.3, 1.0);
+    auto fill = [&](float* row, bool sparse) {
+      std::vector<double> w(static_cast<std::size_t>(v));
+      double s = 0;
+      for (auto& x : w) x = (sparse && gen() % 3 == 0) ? 0.0 : g(gen) + 1e-3;
+      w[gen() % 3] += 2.0;  // mass on the low tokens the tree often holds
+      for (double x : w) s += x;
+      for (Index i = 0; i < v; ++i) row[i] = float(w[std::size_t(i)] / s);
+    };
+    std::vector<float> q(std::size_t(tree.expanded_count() * v)), p(std::size_t((n + 1) * v));
+    for (Index i = 0; i < tree.expanded_count(); ++i) fill(q.data() + i * v, false);
+    for (Index i = 0; i <= n; ++i) fill(p.data() + i * v, true);
+    const inferkit::CounterRng rng(gen(), gen() % 5);
+    const std::uint64_t first = gen() % 1000;
+    inferkit::VerifyResult r;
+    if (which == 0)
+      r = inferkit::verify_tree(tree, {q.data(), tree.expanded_count(), v}, {p.data(), n + 1, v}, rng, first);
+    if (which == 1) r = inferkit::verify_tree_deterministic(tree, {p.data(), n + 1, v}, rng, first);
+    if (which == 2) r = inferkit::verify_tree_greedy(tree, {p.data(), n + 1, v});
+    mix(std::uint64_t(r.accepted));
+    mix(std::uint64_t(r.bonus));
+    for (TokenId t : r.tokens) mix(std::uint64_t(t));
+    for (Index a : r.path) mix(std::uint64_t(a));
+  }
+  return h;
+}
+
 // A random depth-first shape of n nodes: each node's parent is the root or a node on the path to
 // the previous node (independent of the tokens, as the sampled rule requires).
 template <class Gen>
@@ -479,4 +526,37 @@ TEST_CASE("greedy tree verification equals a naive fp64 walk on random trees wit
     CHECK(r.tokens.back() == best[std::size_t(deepest + 1)]);
     CHECK(r.bonus == (tree.first_child(deepest + 1) < 0));
   }
+}
+
+TEST_CASE("sum4_as_double sums each array bit for bit as sum_as_double", "[sampling][tree_verify]") {
+  // The row scans of tree verification sum four blocks at once; every draw walks to u * total
+  // with those sums, so they must be exactly the one-array sums (not merely close).
+  std::mt19937 gen(77);
+  std::uniform_real_distribution<float> uf(0.0f, 1.0f);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = trial < 40 ? std::size_t(trial) : std::size_t(gen() % 3000);
+    std::vector<std::vector<float>> a(4, std::vector<float>(n));
+    for (auto& x : a)
+      for (auto& y : x) y = uf(gen) * std::pow(10.0f, float(int(gen() % 13) - 9));  // many magnitudes
+    const float* xs[4] = {a[0].data(), a[1].data(), a[2].data(), a[3].data()};
+    double out[4];
+    inferkit::detail::sum4_as_double(xs, n, out);
+    for (int k = 0; k < 4; ++k) {
+      REQUIRE(out[k] == inferkit::simd::sum_as_double(xs[k], n));
+      double ref = 0;  // and the sum itself, against fp64 in index order
+      for (float y : a[std::size_t(k)]) ref += double(y);
+      CHECK(std::abs(out[k] - ref) <= 1e-12 * (1.0 + std::abs(ref)));
+    }
+  }
+}
+
+TEST_CASE("tree verification gives the results it gave before the row passes were regrouped",
+          "[sampling][tree_verify]") {
+  // Expected values printed by tree_verify.hpp at commit 355d0fc (residual rows stored whole,
+  // blocks summed one by one, argmax by scan_logits), identical at -O2 -march=native,
+  // -march=haswell and INFERKIT_FORCE_SCALAR: the four-block sums, the recomputed residual and
+  // row_argmax change no outcome.
+  CHECK(tree_outcome_hash(0) == 0x62474c3c566a11e5ull);  // verify_tree (sampled children)
+  CHECK(tree_outcome_hash(1) == 0x0963457bcb985b24ull);  // verify_tree_deterministic
+  CHECK(tree_outcome_hash(2) == 0xa8e0a6a878bbb239ull);  // verify_tree_greedy
 }
