@@ -16,6 +16,8 @@
 //   case 3 deterministic_reject_root: all 8 root children rejected (8 removals), draw from the rest
 //   case 4 greedy_path: greedy verification along the spine to depth 8 (4)
 //   case 5 chain_greedy: the chain baseline of case 4, verify_greedy on the 8 (4) spine tokens
+//   case 6 greedy_scan_logits: case 4 by the greedy walk before row_argmax (every node visited,
+//          scan_logits on the root and matching rows), the same-binary baseline of case 4
 //
 // The greedy rule's row read (sampling/row_argmax.hpp), V = 128,256, nine rows of a 65-row matrix
 // (the 64-node tree's spine, as in case 4; 4.6 MB, so the rows come from L3), counter us per row:
@@ -159,7 +161,7 @@ struct TreeCase {
     for (Index i = 0; i < v; ++i) row[i] = static_cast<float>(std::exp(double(logits[i])) / z);
     for (Index i = 0; i < tree.expanded_count(); ++i) q.insert(q.end(), row.begin(), row.end());
     for (Index i = 0; i <= tree.size(); ++i) p.insert(p.end(), row.begin(), row.end());
-    if (kind == 4 || kind == 5)  // target logits whose argmax is the spine child at every spine position
+    if (kind >= 4)  // target logits whose argmax is the spine child at every spine position
       for (Index u = 0; u <= tree.size(); ++u)
         if (tree.first_child(u) >= 0) p[static_cast<std::size_t>(u * v + tree.token(tree.first_child(u)))] = 2.0f;
     for (Index u = 0; u <= tree.size(); u = tree.first_child(u) + 1) {
@@ -184,6 +186,25 @@ struct TreeCase {
   }
 };
 
+// verify_tree_greedy as it was before row_argmax: scan_logits at the root and every matching node.
+inferkit::VerifyResult greedy_scan_logits(const inferkit::TokenTree& tree, inferkit::MatrixView<const float> t) {
+  std::vector<TokenId> best(static_cast<std::size_t>(tree.size() + 1), -1);
+  best[0] = inferkit::argmax_token(t.row(0));
+  Index end = -1;
+  for (Index i = 0; i < tree.size(); ++i) {
+    const TokenId want = best[static_cast<std::size_t>(tree.parent(i) + 1)];
+    if (want < 0 || tree.token(i) != want) continue;
+    best[static_cast<std::size_t>(i + 1)] = inferkit::argmax_token(t.row(i + 1));
+    if (end < 0 || tree.depth(i) > tree.depth(end)) end = i;
+  }
+  inferkit::VerifyResult r;
+  for (Index a = end; a >= 0; a = tree.parent(a)) r.path.insert(r.path.begin(), a);
+  for (Index a : r.path) r.tokens.push_back(tree.token(a));
+  r.accepted = static_cast<Index>(r.path.size());
+  r.tokens.push_back(best[static_cast<std::size_t>(end + 1)]);
+  return r;
+}
+
 void BM_verify_tree(benchmark::State& state) {
   const int kind = static_cast<int>(state.range(2));
   const TreeCase c(state.range(0), state.range(1), kind);
@@ -196,6 +217,7 @@ void BM_verify_tree(benchmark::State& state) {
     if (kind <= 1) benchmark::DoNotOptimize(inferkit::verify_tree(c.tree, q, p, rng, it));
     if (kind == 2 || kind == 3) benchmark::DoNotOptimize(inferkit::verify_tree_deterministic(c.tree, p, rng, it));
     if (kind == 4) benchmark::DoNotOptimize(inferkit::verify_tree_greedy(c.tree, p));
+    if (kind == 6) benchmark::DoNotOptimize(greedy_scan_logits(c.tree, p));
     if (kind == 5)
       benchmark::DoNotOptimize(inferkit::verify_greedy(
           c.spine_tokens, {c.chain_p.data(), static_cast<Index>(c.spine_tokens.size()) + 1, c.vocab}));
@@ -332,7 +354,7 @@ BENCHMARK(BM_tokens_per_pass)
 
 BENCHMARK(BM_verify_tree)
     ->Name("speculative_tree/inferkit")
-    ->ArgsProduct({{128256}, {16, 64}, {0, 1, 2, 3, 4, 5}})
+    ->ArgsProduct({{128256}, {16, 64}, {0, 1, 2, 3, 4, 5, 6}})
     ->ArgNames({"V", "nodes", "case"})
     ->Unit(benchmark::kMicrosecond);
 
