@@ -14,8 +14,8 @@
 // it, and the argmax is searched in that block only. NaN detection costs no mask per vector:
 // AVX-512's vfixupimmps maps NaN to +inf in the value fed to the max (+inf is an error anyway, so
 // a max of +inf means "scan for the first bad index"); AVX2 compares pairs of vectors unordered
-// (true when either holds a NaN) into a vector OR. On Zen 4 the AVX-512 form reads a 128,256-wide
-// row about 1.2x faster than scan_logits (bench/speculative_bench.cpp, speculative_argmax).
+// (true when either holds a NaN) into a vector OR. bench/speculative_bench.cpp compares it with
+// scan_logits (speculative_argmax) and the greedy tree walk before it (speculative_tree case 6).
 //
 // Paths (chosen at compile time, each testable on its own): AVX-512F, AVX2, and a scalar loop.
 
