@@ -6,16 +6,23 @@
 // distribution at every position before testing acceptance.
 //
 // Tree verification (sampling/tree_verify.hpp), 64 nodes: a spine of 8 levels, each spine node
-// (and the root) with 8 children, the spine child first:
-//   speculative_tree/inferkit/V<vocab>/<case>, counter `us`; the chain baseline is
-//   speculative/inferkit/V<vocab>_k8 above (the same depth, 8 drafts).
+// (and the root) with 8 children, the spine child first; 16 nodes: 4 levels of 4 children:
+//   speculative_tree/inferkit/V<vocab>/nodes<n>/<case>, counter `us`; the chain baseline is
+//   speculative/inferkit/V<vocab>_k8 above (k4 for 16 nodes: the same depth, one draft per level).
 //   case 0 sampled_accept_path: p == q, the first child accepted at every level, bonus at depth 8
 //   case 1 sampled_reject_root: p gives the root's 8 children nothing: 8 rejections, residual draw
 //   case 2 deterministic_second: the first child of every level rejected, the second (a leaf)
 //          accepted at the root; i.e. one rejection, then a bonus
 //   case 3 deterministic_reject_root: all 8 root children rejected (8 removals), draw from the rest
-//   case 4 greedy_path: greedy verification along the spine to depth 8
-//   case 5 chain_greedy: the chain baseline of case 4, verify_greedy on the 8 spine tokens
+//   case 4 greedy_path: greedy verification along the spine to depth 8 (4)
+//   case 5 chain_greedy: the chain baseline of case 4, verify_greedy on the 8 (4) spine tokens
+//   case 6 greedy_scan_logits: case 4 by the greedy walk before row_argmax (every node visited,
+//          scan_logits on the root and matching rows), the same-binary baseline of case 4
+//
+// The greedy rule's row read (sampling/row_argmax.hpp), V = 128,256, nine rows of a 65-row matrix
+// (the 64-node tree's spine, as in case 4; 4.6 MB, so the rows come from L3), counter us per row:
+//   speculative_argmax/inferkit: row_argmax; speculative_argmax/scan_logits: logits.hpp's
+//   scan_logits (the argmax before row_argmax); speculative_argmax/naive: a scalar loop.
 //
 // Accepted tokens per target pass, tree against chain at the same number of verified rows
 // (16: 15 drafts + the root), synthetic Markov target P and draft Q (V = 64, Q a perturbed P;
@@ -34,6 +41,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "inferkit/sampling/row_argmax.hpp"
 #include "inferkit/sampling/speculative.hpp"
 #include "inferkit/sampling/tree_builder.hpp"
 #include "inferkit/sampling/tree_verify.hpp"
@@ -127,12 +135,12 @@ BENCHMARK(BM_verify<false>)->Name("speculative/inferkit")->Apply(args);
 BENCHMARK(BM_verify<true>)->Name("speculative/naive")->Apply(args);
 
 struct TreeCase {
-  static constexpr Index kLevels = 8, kWidth = 8;
+  Index kLevels, kWidth;
   Index vocab;
   inferkit::TokenTree tree;
   std::vector<float> q, p, chain_p;  // chain_p: the rows of the root and the spine (case 5)
   std::vector<TokenId> spine_tokens;
-  TreeCase(Index v, int kind) : vocab(v) {
+  TreeCase(Index v, Index nodes, int kind) : kLevels(nodes == 16 ? 4 : 8), kWidth(nodes == 16 ? 4 : 8), vocab(v) {
     // Nodes level by level (spine child first), reordered depth-first.
     std::vector<TokenId> tok;
     std::vector<Index> par;
@@ -153,7 +161,7 @@ struct TreeCase {
     for (Index i = 0; i < v; ++i) row[i] = static_cast<float>(std::exp(double(logits[i])) / z);
     for (Index i = 0; i < tree.expanded_count(); ++i) q.insert(q.end(), row.begin(), row.end());
     for (Index i = 0; i <= tree.size(); ++i) p.insert(p.end(), row.begin(), row.end());
-    if (kind == 4 || kind == 5)  // target logits whose argmax is the spine child at every spine position
+    if (kind >= 4)  // target logits whose argmax is the spine child at every spine position
       for (Index u = 0; u <= tree.size(); ++u)
         if (tree.first_child(u) >= 0) p[static_cast<std::size_t>(u * v + tree.token(tree.first_child(u)))] = 2.0f;
     for (Index u = 0; u <= tree.size(); u = tree.first_child(u) + 1) {
@@ -178,9 +186,28 @@ struct TreeCase {
   }
 };
 
+// verify_tree_greedy as it was before row_argmax: scan_logits at the root and every matching node.
+inferkit::VerifyResult greedy_scan_logits(const inferkit::TokenTree& tree, inferkit::MatrixView<const float> t) {
+  std::vector<TokenId> best(static_cast<std::size_t>(tree.size() + 1), -1);
+  best[0] = inferkit::argmax_token(t.row(0));
+  Index end = -1;
+  for (Index i = 0; i < tree.size(); ++i) {
+    const TokenId want = best[static_cast<std::size_t>(tree.parent(i) + 1)];
+    if (want < 0 || tree.token(i) != want) continue;
+    best[static_cast<std::size_t>(i + 1)] = inferkit::argmax_token(t.row(i + 1));
+    if (end < 0 || tree.depth(i) > tree.depth(end)) end = i;
+  }
+  inferkit::VerifyResult r;
+  for (Index a = end; a >= 0; a = tree.parent(a)) r.path.insert(r.path.begin(), a);
+  for (Index a : r.path) r.tokens.push_back(tree.token(a));
+  r.accepted = static_cast<Index>(r.path.size());
+  r.tokens.push_back(best[static_cast<std::size_t>(end + 1)]);
+  return r;
+}
+
 void BM_verify_tree(benchmark::State& state) {
-  const int kind = static_cast<int>(state.range(1));
-  const TreeCase c(state.range(0), kind);
+  const int kind = static_cast<int>(state.range(2));
+  const TreeCase c(state.range(0), state.range(1), kind);
   const inferkit::MatrixView<const float> q(c.q.data(), c.tree.expanded_count(), c.vocab),
       p(c.p.data(), c.tree.size() + 1, c.vocab);
   const inferkit::CounterRng rng(3);
@@ -190,6 +217,7 @@ void BM_verify_tree(benchmark::State& state) {
     if (kind <= 1) benchmark::DoNotOptimize(inferkit::verify_tree(c.tree, q, p, rng, it));
     if (kind == 2 || kind == 3) benchmark::DoNotOptimize(inferkit::verify_tree_deterministic(c.tree, p, rng, it));
     if (kind == 4) benchmark::DoNotOptimize(inferkit::verify_tree_greedy(c.tree, p));
+    if (kind == 6) benchmark::DoNotOptimize(greedy_scan_logits(c.tree, p));
     if (kind == 5)
       benchmark::DoNotOptimize(inferkit::verify_greedy(
           c.spine_tokens, {c.chain_p.data(), static_cast<Index>(c.spine_tokens.size()) + 1, c.vocab}));
@@ -197,6 +225,38 @@ void BM_verify_tree(benchmark::State& state) {
   }
   ib::set_us(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
+
+template <int kImpl>
+void BM_argmax(benchmark::State& state) {
+  const Index v = state.range(0);
+  const auto m = ib::normal_floats(static_cast<std::size_t>(v) * 65, 2.0f, 9);
+  const std::size_t rows[9] = {0, 1, 9, 17, 25, 33, 41, 49, 57};
+  double calls = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    for (std::size_t r : rows) {
+      const std::span<const float> row(m.data() + r * static_cast<std::size_t>(v), static_cast<std::size_t>(v));
+      if constexpr (kImpl == 0) benchmark::DoNotOptimize(inferkit::row_argmax(row));
+      if constexpr (kImpl == 1) benchmark::DoNotOptimize(inferkit::scan_logits(row));
+      if constexpr (kImpl == 2) {
+        std::size_t best = 0;
+        for (std::size_t i = 1; i < row.size(); ++i)
+          if (row[i] > row[best]) best = i;
+        benchmark::DoNotOptimize(best);
+      }
+    }
+    calls += 9;
+  }
+  state.counters["us"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e6 / calls;
+}
+
+BENCHMARK(BM_argmax<0>)->Name("speculative_argmax/inferkit")->Arg(128256)->ArgName("V")->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_argmax<1>)
+    ->Name("speculative_argmax/scan_logits")
+    ->Arg(128256)
+    ->ArgName("V")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_argmax<2>)->Name("speculative_argmax/naive")->Arg(128256)->ArgName("V")->Unit(benchmark::kMicrosecond);
 
 /// Markov target and draft over 64 tokens: P rows of gamma(k) weights, Q = P^a * noise (draft 0:
 /// k = 0.3 (mean top probability 0.15), a = 0.7, noise in [0.5, 1.5], close to P; draft 1: k = 0.3,
@@ -294,8 +354,8 @@ BENCHMARK(BM_tokens_per_pass)
 
 BENCHMARK(BM_verify_tree)
     ->Name("speculative_tree/inferkit")
-    ->ArgsProduct({{128256}, {0, 1, 2, 3, 4, 5}})
-    ->ArgNames({"V", "case"})
+    ->ArgsProduct({{128256}, {16, 64}, {0, 1, 2, 3, 4, 5, 6}})
+    ->ArgNames({"V", "nodes", "case"})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -194,10 +194,24 @@ inline int cmd_generate(const cli::Flags& a) {
     const std::string spec = a.text("--spec");
     if (spec == "chain")
       out = generate_speculative(model, draft ? &*draft : nullptr, static_cast<int>(layers), prompt, steps, k, s, &st);
-    else
-      out = generate_speculative_tree(
-          model, draft ? &*draft : nullptr, static_cast<int>(layers), spec == "ngram", prompt, steps,
-          {.depth = k, .nodes = a.integer("--spec-nodes"), .top_k = a.integer("--spec-top-k")}, s, &st);
+    else {
+      const long long ngram_min = a.integer("--spec-ngram-min"), ngram_max = a.integer("--spec-ngram-max");
+      if (ngram_max < ngram_min)  // the flag given names the error (the other may be its default)
+        throw std::invalid_argument(a.has("--spec-ngram-max") ? "--spec-ngram-max = " + std::to_string(ngram_max) +
+                                                                    " is invalid: must be >= --spec-ngram-min (" +
+                                                                    std::to_string(ngram_min) + ")"
+                                                              : "--spec-ngram-min = " + std::to_string(ngram_min) +
+                                                                    " is invalid: must be <= --spec-ngram-max (" +
+                                                                    std::to_string(ngram_max) + ")");
+      out = generate_speculative_tree(model, draft ? &*draft : nullptr, static_cast<int>(layers), spec == "ngram",
+                                      prompt, steps,
+                                      {.depth = k,
+                                       .nodes = a.integer("--spec-nodes"),
+                                       .top_k = a.integer("--spec-top-k"),
+                                       .ngram_min = ngram_min,
+                                       .ngram_max = ngram_max},
+                                      s, &st);
+    }
     std::fprintf(stderr,
                  "speculative (%s): acceptance %.3f, tokens per target pass %.2f (k = %ld, %ld target passes, "
                  "%ld drafts, %ld accepted)\n",

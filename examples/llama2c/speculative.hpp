@@ -139,12 +139,27 @@ inline std::vector<TokenId> generate_speculative(const Model& target, const Mode
   return out;
 }
 
-/// Budgets of token-tree drafts (generate --spec tree|ngram, --draft-k, --spec-nodes, --spec-top-k).
+/// Budgets of token-tree drafts (generate --spec tree|ngram, --draft-k, --spec-nodes, --spec-top-k,
+/// --spec-ngram-min, --spec-ngram-max).
 struct TreeSpecOptions {
-  Index depth = 4;   ///< deepest draft token: DraftTreeOptions::max_depth, or NgramDrafterOptions::max_depth
-  Index nodes = 16;  ///< tree nodes verified per target pass, in [1, 64]
-  Index top_k = 4;   ///< tree: children of an expanded candidate and candidates expanded per depth
+  Index depth = 4;      ///< deepest draft token: DraftTreeOptions::max_depth, or NgramDrafterOptions::max_depth
+  Index nodes = 16;     ///< tree nodes verified per target pass, in [1, 64]
+  Index top_k = 4;      ///< tree: children of an expanded candidate and candidates expanded per depth
+  Index ngram_min = 1;  ///< ngram: the shortest context suffix looked up (NgramDrafterOptions::n_min)
+  Index ngram_max = 4;  ///< ngram: the longest, tried first (NgramDrafterOptions::n_max), in [ngram_min, 64]
 };
+
+/// The sampled-sibling tree's shape for `o` (temperature > 0 with a draft model): `width` siblings
+/// at each of `depth` depths, width = min(top_k, nodes) and depth = min(o.depth, nodes / width),
+/// so the tree's depth * width nodes never exceed o.nodes (top_k above nodes gives one depth of
+/// `nodes` siblings).
+struct SampledTreeShape {
+  Index depth = 1, width = 1;
+};
+inline SampledTreeShape sampled_tree_shape(const TreeSpecOptions& o) {
+  const Index width = std::max<Index>(1, std::min(o.top_k, o.nodes));
+  return {std::min<Index>(o.depth, std::max<Index>(1, o.nodes / width)), width};
+}
 
 /// An EAGLE-2 dynamic tree (inferkit::DraftTreeBuilder) from the draft model `dm` (its first
 /// `dl` layers; -1 = all) after `seq`. The draft cache holds `dlen` tokens: it is fed the rest of
@@ -257,10 +272,9 @@ inline inferkit::TokenTree draft_sampled_tree(const Model& dm, Cache& dcache, in
 /// Speculative generation over token trees: each round drafts a tree (ngram: prompt lookup over
 /// the context, inferkit::NgramDrafter, no draft model; otherwise from the draft model, or the
 /// target's first `draft_layers` layers when `draft` is null: at temperature 0 an EAGLE-2 tree of
-/// the draft's top-k, above it a sampled-sibling tree of min(depth, nodes / top_k) depths with
-/// top_k siblings each), the target scores the root and every node in one pass of tree rows (tree
-/// attention), and verification keeps the target's distribution exactly: verify_tree_greedy at
-/// temperature 0 (the output then equals plain greedy generation), verify_tree for sampled
+/// the draft's top-k, above it a sampled-sibling tree of sampled_tree_shape(o)), the target scores the root and every
+/// node in one pass of tree rows (tree attention), and verification keeps the target's distribution exactly:
+/// verify_tree_greedy at temperature 0 (the output then equals plain greedy generation), verify_tree for sampled
 /// siblings, verify_tree_deterministic for lookup tokens. The accepted path's K/V rows are
 /// compacted in the target cache.
 inline std::vector<TokenId> generate_speculative_tree(const Model& target, const Model* draft, int draft_layers,
@@ -284,12 +298,15 @@ inline std::vector<TokenId> generate_speculative_tree(const Model& target, const
   std::vector<TokenId> seq = start_sequence(target.config(), prompt);
   std::vector<float> logits(seq.size() * static_cast<std::size_t>(V)), p, draft_logits;
   if (seq.size() > 1) forward(target, tcache, seq.data(), static_cast<Index>(seq.size() - 1), 0, logits.data());
-  inferkit::NgramDrafter drafter(
-      {.n_min = 1, .n_max = 4, .max_depth = o.depth, .max_branches = o.top_k, .max_nodes = o.nodes});
+  inferkit::NgramDrafter drafter({.n_min = o.ngram_min,
+                                  .n_max = o.ngram_max,
+                                  .max_depth = o.depth,
+                                  .max_branches = o.top_k,
+                                  .max_nodes = o.nodes});
   if (ngram) drafter.extend(seq);
   const inferkit::CounterRng draft_rng(s.seed, 1), verify_rng(s.seed, 2);
   const bool sampled = !ngram && s.params.temperature > 0.0f;
-  const Index width = o.top_k, depth = std::min<Index>(o.depth, std::max<Index>(1, o.nodes / o.top_k));
+  const auto [depth, width] = sampled_tree_shape(o);
   std::uint64_t first_draw = 0;
   Index dlen = 0;
   std::vector<TokenId> out, hist, dtoks;

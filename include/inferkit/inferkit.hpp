@@ -81,6 +81,7 @@
 #include "inferkit/sampling/presets.hpp"
 #include "inferkit/sampling/processor.hpp"
 #include "inferkit/sampling/repetition_penalty.hpp"
+#include "inferkit/sampling/row_argmax.hpp"
 #include "inferkit/sampling/sampler_chain.hpp"
 #include "inferkit/sampling/sampler_state.hpp"
 #include "inferkit/sampling/sampling_params.hpp"

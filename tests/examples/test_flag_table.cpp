@@ -81,6 +81,8 @@ std::set<std::string> old_generate() {
   s.erase("--steer-tokens");  // the one change: generate took it only to reject it (an eval flag)
   s.insert("--grammar");      // added: constrained decoding (issue 30)
   s.insert("--json-schema");
+  s.insert("--spec-ngram-min");  // added: prompt lookup's suffix lengths (issue 31)
+  s.insert("--spec-ngram-max");
   return s;
 }
 std::set<std::string> old_eval() {

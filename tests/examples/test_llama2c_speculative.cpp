@@ -7,6 +7,7 @@
 // the thread count.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -208,6 +209,69 @@ TEST_CASE("sampled-sibling trees with one child per depth are the chain, draw fo
   CHECK(tree.target_passes < chain.target_passes);
 }
 
+TEST_CASE("sampled trees never exceed --spec-nodes, also when --spec-top-k is larger", "[example][llama2c]") {
+  // Every round's tree is counted in GenerateStats::drafted: drafted <= nodes * target_passes for
+  // every budget, and the shape rule itself over the whole flag range.
+  for (Index nodes = 1; nodes <= 64; ++nodes)
+    for (Index top_k = 1; top_k <= 8; ++top_k)
+      for (Index depth = 1; depth <= 7; ++depth) {
+        const auto shape = llama2c::sampled_tree_shape({depth, nodes, top_k});
+        INFO("depth " << depth << " nodes " << nodes << " top_k " << top_k);
+        REQUIRE(shape.depth >= 1);
+        REQUIRE(shape.width >= 1);
+        REQUIRE(shape.depth * shape.width <= nodes);
+        REQUIRE(shape.depth <= depth);
+        REQUIRE(shape.width <= top_k);
+      }
+  const auto target = random_model(2, 300, 61);
+  llama2c::SamplingConfig s;
+  s.params.temperature = 0.8f;
+  s.seed = 3;
+  const std::vector<TokenId> prompt{5, 9, 42};
+  for (const llama2c::TreeSpecOptions o : {llama2c::TreeSpecOptions{4, 2, 4}, llama2c::TreeSpecOptions{4, 1, 8},
+                                           llama2c::TreeSpecOptions{3, 5, 8}, llama2c::TreeSpecOptions{7, 6, 4}}) {
+    INFO("depth " << o.depth << " nodes " << o.nodes << " top_k " << o.top_k);
+    llama2c::GenerateStats st;
+    const auto out = llama2c::generate_speculative_tree(target, nullptr, 1, false, prompt, 40, o, s, &st);
+    CHECK(out.size() == 40);
+    CHECK(st.target_passes > 0);
+    CHECK(st.drafted <= o.nodes * st.target_passes);
+    // Within the budget, the tree is as full as the shape allows: min(top_k, nodes) siblings a depth.
+    CHECK(st.drafted ==
+          std::min(o.top_k, o.nodes) * std::min(o.depth, o.nodes / std::min(o.top_k, o.nodes)) * st.target_passes);
+  }
+}
+
+TEST_CASE("n-gram speculation: the suffix lengths looked up are the options'", "[example][llama2c]") {
+  // A 26-token sequence (BOS, 5 prompt tokens, 20 generated) holds no 14-gram twice: lookup with
+  // ngram_min = 14 drafts nothing; with the default 1..4 the repeating prompt drafts at once. The
+  // ids equal plain greedy generation either way.
+  const auto target = random_model(2, 300, 71);
+  const auto s = greedy();
+  const std::vector<TokenId> prompt{5, 9, 42, 5, 9};
+  const auto plain = llama2c::generate(target, prompt, 20, s);
+  auto all = llama2c::start_sequence(target.config(), prompt);
+  all.insert(all.end(), plain.begin(), plain.end());
+  for (std::size_t i = 0; i + 14 <= all.size(); ++i)  // the premise: no 14-gram occurs twice
+    for (std::size_t j = i + 1; j + 14 <= all.size(); ++j)
+      REQUIRE_FALSE(std::equal(all.begin() + i, all.begin() + i + 14, all.begin() + j));
+  llama2c::GenerateStats none, some, two;
+  CHECK(llama2c::generate_speculative_tree(target, nullptr, 0, true, prompt, 20, {4, 16, 4, 14, 20}, s, &none) ==
+        plain);
+  CHECK(none.drafted == 0);
+  CHECK(llama2c::generate_speculative_tree(target, nullptr, 0, true, prompt, 20, {4, 16, 4}, s, &some) == plain);
+  CHECK(some.drafted > 0);
+  // The suffix "5 9" repeats at the first round: found with n in [2, 2], not with [3, 3] (a first
+  // round with "42 5 9" unseen drafts nothing).
+  llama2c::GenerateStats three;
+  CHECK(llama2c::generate_speculative_tree(target, nullptr, 0, true, prompt, 1, {4, 16, 4, 2, 2}, s, &two) ==
+        std::vector<TokenId>(plain.begin(), plain.begin() + 1));
+  CHECK(two.drafted > 0);
+  CHECK(llama2c::generate_speculative_tree(target, nullptr, 0, true, prompt, 1, {4, 16, 4, 3, 3}, s, &three) ==
+        std::vector<TokenId>(plain.begin(), plain.begin() + 1));
+  CHECK(three.drafted == 0);
+}
+
 #if defined(INFERKIT_LLAMA2C_BINARY)
 TEST_CASE("generate --spec: flags, the statistics line and errors", "[example][llama2c]") {
   const std::string model = cli_test::test_model();
@@ -237,5 +301,19 @@ TEST_CASE("generate --spec: flags, the statistics line and errors", "[example][l
              Catch::Contains("--spec tree needs --draft or --draft-layers"));
   CHECK_THAT(cli_test::run_cli(g + "--spec ngram --draft-layers 1").second, Catch::Contains("exclude each other"));
   CHECK_THAT(cli_test::run_cli(g + "--spec-nodes 8").second, Catch::Contains("--spec-nodes needs"));
+  // Prompt lookup's suffix lengths: the greedy ids stay plain greedy's; errors name the flag and value.
+  const auto [ngram_status, ngram_out] = cli_test::run_cli(g + "--spec ngram --spec-ngram-min 2 --spec-ngram-max 3");
+  CHECK(ngram_status == 0);
+  CHECK(ids(ngram_out) == ids(plain));
+  CHECK_THAT(cli_test::run_cli(g + "--spec ngram --spec-ngram-min 3 --spec-ngram-max 2").second,
+             Catch::Contains("--spec-ngram-max = 2 is invalid: must be >= --spec-ngram-min (3)"));
+  CHECK_THAT(cli_test::run_cli(g + "--spec ngram --spec-ngram-min 6").second,
+             Catch::Contains("--spec-ngram-min = 6 is invalid: must be <= --spec-ngram-max (4)"));
+  CHECK_THAT(cli_test::run_cli(g + "--spec ngram --spec-ngram-min 0").second,
+             Catch::Contains("--spec-ngram-min = 0 is invalid"));
+  CHECK_THAT(cli_test::run_cli(g + "--spec ngram --spec-ngram-max 65").second,
+             Catch::Contains("--spec-ngram-max = 65 is invalid"));
+  CHECK_THAT(cli_test::run_cli(g + "--spec tree --draft-layers 2 --spec-ngram-max 3").second,
+             Catch::Contains("--spec-ngram-max needs"));
 }
 #endif

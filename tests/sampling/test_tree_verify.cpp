@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "inferkit/sampling/speculative.hpp"
@@ -55,6 +57,53 @@ std::uint64_t chain_outcome_hash(int which, bool large = false) {
     mix(std::uint64_t(r.accepted));
     mix(std::uint64_t(r.bonus));
     for (TokenId t : r.tokens) mix(std::uint64_t(t));
+  }
+  return h;
+}
+
+// Tree verification outcomes over seeded random trees (up to 64 nodes, repeated sibling tokens,
+// V up to 6,000: several 1,024-token blocks and four-block groups per row), folded into one
+// FNV-1a hash; which: 0 sampled (verify_tree), 1 deterministic, 2 greedy.
+std::uint64_t tree_outcome_hash(int which) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t x) { h = (h ^ x) * 1099511628211ull; };
+  std::mt19937 gen(9090u + unsigned(which));
+  for (int c = 0; c < 300; ++c) {
+    const Index v = gen() % 4 == 0 ? 3 + Index(gen() % 40) : 1000 + Index(gen() % 5000);
+    const Index n = Index(gen() % 65);
+    std::vector<Index> parents, path;
+    for (Index i = 0; i < n; ++i) {
+      const std::size_t keep = gen() % (path.size() + 1);
+      path.resize(keep);
+      parents.push_back(keep == 0 ? TokenTree::kRoot : path.back());
+      path.push_back(i);
+    }
+    std::vector<TokenId> toks;
+    for (Index i = 0; i < n; ++i) toks.push_back(TokenId(gen() % std::size_t(gen() % 2 ? 3 : v)));
+    const TokenTree tree(toks, parents);
+    std::gamma_distribution<double> g(0.3, 1.0);
+    auto fill = [&](float* row, bool sparse) {
+      std::vector<double> w(static_cast<std::size_t>(v));
+      double s = 0;
+      for (auto& x : w) x = (sparse && gen() % 3 == 0) ? 0.0 : g(gen) + 1e-3;
+      w[gen() % 3] += 2.0;  // mass on the low tokens the tree often holds
+      for (double x : w) s += x;
+      for (Index i = 0; i < v; ++i) row[i] = float(w[std::size_t(i)] / s);
+    };
+    std::vector<float> q(std::size_t(tree.expanded_count() * v)), p(std::size_t((n + 1) * v));
+    for (Index i = 0; i < tree.expanded_count(); ++i) fill(q.data() + i * v, false);
+    for (Index i = 0; i <= n; ++i) fill(p.data() + i * v, true);
+    const inferkit::CounterRng rng(gen(), gen() % 5);
+    const std::uint64_t first = gen() % 1000;
+    inferkit::VerifyResult r;
+    if (which == 0)
+      r = inferkit::verify_tree(tree, {q.data(), tree.expanded_count(), v}, {p.data(), n + 1, v}, rng, first);
+    if (which == 1) r = inferkit::verify_tree_deterministic(tree, {p.data(), n + 1, v}, rng, first);
+    if (which == 2) r = inferkit::verify_tree_greedy(tree, {p.data(), n + 1, v});
+    mix(std::uint64_t(r.accepted));
+    mix(std::uint64_t(r.bonus));
+    for (TokenId t : r.tokens) mix(std::uint64_t(t));
+    for (Index a : r.path) mix(std::uint64_t(a));
   }
   return h;
 }
@@ -348,4 +397,166 @@ TEST_CASE("tree verification rejects malformed input", "[sampling][tree_verify][
   std::vector<float> big(66 * 4, 0.25f);
   CHECK_THROWS_WITH(inferkit::verify_point_mass_draft(long_draft, {big.data(), 66, 4}, rng, 0),
                     Contains("tree size = 65"));
+}
+
+namespace {
+
+// The reference argmax: the lowest id of the largest value, compared in double.
+TokenId naive_argmax(const float* row, Index v) {
+  Index best = 0;
+  for (Index i = 1; i < v; ++i)
+    if (double(row[i]) > double(row[best])) best = i;
+  return TokenId(best);
+}
+
+// A row whose values come from a few levels (many exact ties, sometimes -inf), so the lowest-id
+// rule is exercised in every block and lane.
+std::vector<float> tied_row(Index v, std::mt19937& gen) {
+  std::vector<float> row(static_cast<std::size_t>(v));
+  const unsigned levels = 1 + gen() % 6;
+  for (auto& x : row) {
+    const unsigned l = gen() % (levels + 1);
+    x = l == levels ? -std::numeric_limits<float>::infinity() : float(l) * 0.5f - 1.0f;
+  }
+  row[gen() % row.size()] = float(levels) * 0.5f - 1.0f;  // at least one finite value
+  return row;
+}
+
+}  // namespace
+
+TEST_CASE("row_argmax: every path equals a naive fp64 argmax, lowest id among ties", "[sampling][tree_verify]") {
+  using inferkit::RowArgmaxPath;
+  std::mt19937 gen(31);
+  const std::vector<Index> sizes = {1, 2, 7, 8, 15, 16, 17, 63, 64, 65, 1023, 1024, 1025, 2047, 3000, 128256};
+  int checked = 0;
+  for (RowArgmaxPath path :
+       {RowArgmaxPath::kAuto, RowArgmaxPath::kScalar, RowArgmaxPath::kAvx2, RowArgmaxPath::kAvx512}) {
+    if (!inferkit::has_row_argmax_path(path)) continue;
+    for (int trial = 0; trial < 120; ++trial) {
+      const Index v = trial < Index(sizes.size()) ? sizes[std::size_t(trial)] : 1 + Index(gen() % 5000);
+      std::vector<float> row;
+      if (trial % 3 == 0) {
+        std::normal_distribution<float> nd(0.0f, 3.0f);
+        for (Index i = 0; i < v; ++i) row.push_back(nd(gen));
+        row[gen() % row.size()] = 50.0f;                 // the max, somewhere
+        if (gen() % 2) row[gen() % row.size()] = 50.0f;  // sometimes twice
+      } else {
+        row = tied_row(v, gen);
+      }
+      const auto s = inferkit::row_argmax(row, path);
+      REQUIRE(s.argmax == naive_argmax(row.data(), v));
+      CHECK(s.max == row[std::size_t(s.argmax)]);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 240);  // at least the scalar path and the build's widest
+}
+
+TEST_CASE("row_argmax: NaN, +inf and all -inf rows are refused as scan_logits refuses them",
+          "[sampling][tree_verify][errors]") {
+  using inferkit::RowArgmaxPath;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (RowArgmaxPath path :
+       {RowArgmaxPath::kAuto, RowArgmaxPath::kScalar, RowArgmaxPath::kAvx2, RowArgmaxPath::kAvx512}) {
+    if (!inferkit::has_row_argmax_path(path)) {
+      CHECK_THROWS_WITH(inferkit::row_argmax(std::vector<float>{1.0f}, path), Contains("is not in this build"));
+      continue;
+    }
+    for (Index v : {5, 16, 1000, 1030, 4099}) {
+      for (Index at : {Index(0), v / 2, v - 1}) {
+        for (float bad : {nan, -nan, inf}) {
+          std::vector<float> row(static_cast<std::size_t>(v), 1.0f);
+          row[std::size_t(at)] = bad;
+          if (at > 0) row[0] = inf;  // an earlier bad value is the one named
+          const std::string first = "logits[" + std::to_string(0) + "]";
+          const std::string named = at > 0 ? first : "logits[" + std::to_string(at) + "]";
+          CHECK_THROWS_WITH(inferkit::row_argmax(row, path), Contains(named));
+          std::string expected;
+          try {
+            (void)inferkit::scan_logits(row);
+          } catch (const std::invalid_argument& e) {
+            expected = e.what();
+          }
+          CHECK_THROWS_WITH(inferkit::row_argmax(row, path), expected);
+        }
+        std::vector<float> row(static_cast<std::size_t>(v), 1.0f);
+        row[std::size_t(at)] = nan;  // the only bad value, anywhere in the row
+        CHECK_THROWS_WITH(inferkit::row_argmax(row, path), Contains("logits[" + std::to_string(at) + "]"));
+      }
+      CHECK_THROWS_WITH(inferkit::row_argmax(std::vector<float>(std::size_t(v), -inf), path),
+                        Contains("no logit is finite"));
+    }
+    CHECK_THROWS_WITH(inferkit::row_argmax(std::vector<float>{}, path), Contains("logits.size()"));
+  }
+}
+
+TEST_CASE("greedy tree verification equals a naive fp64 walk on random trees with ties", "[sampling][tree_verify]") {
+  // Rows with many tied maxima and trees whose siblings repeat tokens (several matching children
+  // at a position): the reference argmaxes every row in double, marks the matching nodes from the
+  // root down, and takes the deepest, the first in depth-first order among equally deep ones.
+  std::mt19937 gen(3131);
+  for (int trial = 0; trial < 400; ++trial) {
+    const Index v = trial % 4 == 0 ? 1025 + Index(gen() % 2000) : 2 + Index(gen() % 6);
+    const Index n = Index(gen() % (TokenTree::kMaxNodes + 1));
+    std::vector<float> target;
+    for (Index u = 0; u <= n; ++u) {
+      const auto row = tied_row(v, gen);
+      target.insert(target.end(), row.begin(), row.end());
+    }
+    std::vector<TokenId> best(std::size_t(n + 1));
+    for (Index u = 0; u <= n; ++u) best[std::size_t(u)] = naive_argmax(target.data() + u * v, v);
+    const auto parents = random_shape(n, gen);
+    TokenTree tree;
+    for (Index parent : parents)  // mostly the argmax (tied rows make it often repeat among siblings)
+      tree.add(parent, gen() % 3 ? best[std::size_t(parent + 1)] : TokenId(gen() % std::size_t(v)));
+    std::vector<char> match(std::size_t(n), 0);
+    Index deepest = -1;
+    for (Index i = 0; i < n; ++i) {  // parents come before children
+      const Index par = tree.parent(i);
+      match[std::size_t(i)] = (par < 0 || match[std::size_t(par)]) && tree.token(i) == best[std::size_t(par + 1)];
+      if (match[std::size_t(i)] && (deepest < 0 || tree.depth(i) > tree.depth(deepest))) deepest = i;
+    }
+    const auto r = inferkit::verify_tree_greedy(tree, {target.data(), n + 1, v});
+    std::vector<Index> path;
+    for (Index a = deepest; a >= 0; a = tree.parent(a)) path.insert(path.begin(), a);
+    REQUIRE(r.path == path);
+    REQUIRE(r.accepted == Index(path.size()));
+    REQUIRE(r.tokens.size() == path.size() + 1);
+    for (std::size_t j = 0; j < path.size(); ++j) CHECK(r.tokens[j] == tree.token(path[j]));
+    CHECK(r.tokens.back() == best[std::size_t(deepest + 1)]);
+    CHECK(r.bonus == (tree.first_child(deepest + 1) < 0));
+  }
+}
+
+TEST_CASE("sum4_as_double sums each array bit for bit as sum_as_double", "[sampling][tree_verify]") {
+  // The row scans of tree verification sum four blocks at once; every draw walks to u * total
+  // with those sums, so they must be exactly the one-array sums (not merely close).
+  std::mt19937 gen(77);
+  std::uniform_real_distribution<float> uf(0.0f, 1.0f);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = trial < 40 ? std::size_t(trial) : std::size_t(gen() % 3000);
+    std::vector<std::vector<float>> a(4, std::vector<float>(n));
+    for (auto& x : a)
+      for (auto& y : x) y = uf(gen) * std::pow(10.0f, float(int(gen() % 13) - 9));  // many magnitudes
+    const float* xs[4] = {a[0].data(), a[1].data(), a[2].data(), a[3].data()};
+    double out[4];
+    inferkit::detail::sum4_as_double(xs, n, out);
+    for (int k = 0; k < 4; ++k) {
+      REQUIRE(out[k] == inferkit::simd::sum_as_double(xs[k], n));
+      double ref = 0;  // and the sum itself, against fp64 in index order
+      for (float y : a[std::size_t(k)]) ref += double(y);
+      CHECK(std::abs(out[k] - ref) <= 1e-12 * (1.0 + std::abs(ref)));
+    }
+  }
+}
+
+TEST_CASE("tree verification gives the results it gave before the row passes were regrouped",
+          "[sampling][tree_verify]") {
+  // Expected values printed by tree_verify.hpp at commit 355d0fc (residual rows stored whole,
+  // blocks summed one by one, argmax by scan_logits), identical at -O2 -march=native,
+  // -march=haswell and INFERKIT_FORCE_SCALAR: the four-block sums, the recomputed residual and
+  // row_argmax change no outcome.
+  CHECK(tree_outcome_hash(0) == 0x62474c3c566a11e5ull);  // verify_tree (sampled children)
+  CHECK(tree_outcome_hash(1) == 0x0963457bcb985b24ull);  // verify_tree_deterministic
+  CHECK(tree_outcome_hash(2) == 0xa8e0a6a878bbb239ull);  // verify_tree_greedy
 }

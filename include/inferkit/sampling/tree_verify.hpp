@@ -55,6 +55,7 @@
 #include "inferkit/core/view.hpp"
 #include "inferkit/sampling/categorical.hpp"
 #include "inferkit/sampling/logits.hpp"
+#include "inferkit/sampling/row_argmax.hpp"
 #include "inferkit/sampling/token_tree.hpp"
 
 namespace inferkit {
@@ -75,6 +76,46 @@ struct VerifyResult {
 
 namespace detail {
 
+/// simd::sum_as_double of four arrays of n floats at once, each result bit for bit that of
+/// sum_as_double(xs[k], n): the same per-lane chains in the same order and the same final
+/// reduction, but the four arrays' chains interleave, so their adds overlap instead of each
+/// waiting on one chain's latency (a 1,024-float block is 64 dependent adds per chain; a row pass
+/// summing its blocks one by one is bound by that latency, not by memory).
+inline void sum4_as_double(const float* const* xs, std::size_t n, double* out) {
+  std::size_t i = 0;
+  double t[4];
+#if defined(INFERKIT_SIMD_XSIMD) && defined(__AVX512F__)
+  __m512d a0[4], a1[4];
+  for (int k = 0; k < 4; ++k) a0[k] = a1[k] = _mm512_setzero_pd();
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 4; ++k) {
+      const __m512 v = _mm512_loadu_ps(xs[k] + i);
+      a0[k] = _mm512_add_pd(a0[k], _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+      a1[k] = _mm512_add_pd(a1[k], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    }
+  for (int k = 0; k < 4; ++k) t[k] = _mm512_reduce_add_pd(_mm512_add_pd(a0[k], a1[k]));
+#elif defined(INFERKIT_SIMD_XSIMD) && defined(__AVX__)
+  __m256d a0[4], a1[4];
+  for (int k = 0; k < 4; ++k) a0[k] = a1[k] = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 4; ++k) {
+      a0[k] = _mm256_add_pd(a0[k], _mm256_cvtps_pd(_mm_loadu_ps(xs[k] + i)));
+      a1[k] = _mm256_add_pd(a1[k], _mm256_cvtps_pd(_mm_loadu_ps(xs[k] + i + 4)));
+    }
+  for (int k = 0; k < 4; ++k) {
+    alignas(32) double lanes[4];
+    _mm256_store_pd(lanes, _mm256_add_pd(a0[k], a1[k]));
+    t[k] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  }
+#else
+  for (int k = 0; k < 4; ++k) t[k] = 0.0;
+#endif
+  for (int k = 0; k < 4; ++k) {
+    for (const float* x = xs[k] + i; x != xs[k] + n; ++x) t[k] += static_cast<double>(*x);
+    out[k] = t[k];
+  }
+}
+
 /// Sums of 1024-element blocks of a row of weights, in double, and their total; one SIMD pass
 /// that also flags negative, NaN or infinite entries. The blocks make a draw O(V / 1024 + 1024).
 /// Blocks can also be scanned one at a time (reset, then scan_block in increasing order), so a
@@ -89,7 +130,7 @@ struct BlockedRow {
   BlockedRow() = default;
   explicit BlockedRow(std::span<const float> row) {
     reset(row);
-    for (std::size_t b = 0; b < block.size(); ++b) scan_block(b);
+    for (std::size_t b = 0; b < block.size(); b += 4) scan_blocks(b);
   }
 
   /// Starts a block-by-block scan of `row`.
@@ -102,20 +143,39 @@ struct BlockedRow {
 
   /// Sums block b (and flags bad entries when `check`); blocks must come in increasing order.
   void scan_block(std::size_t b, bool check = true) {
+    if (check) check_block(b);
     const std::size_t lo = b * kBlock, len = std::min(kBlock, w.size() - lo);
-    if (check) {
-      const simd::VecF zero = simd::broadcast(0.0f), inf = simd::broadcast(std::numeric_limits<float>::infinity());
-      simd::VecF bad = zero;
-      std::size_t i = 0;
-      for (; i + simd::kWidth <= len; i += simd::kWidth) {
-        const simd::VecF v = simd::load(w.data() + lo + i);
-        bad = bad + simd::select(v >= zero, simd::select(v == inf, inf, zero), inf);  // NaN fails v >= 0
-      }
-      for (; i < len; ++i) valid = valid && w[lo + i] >= 0.0f && std::isfinite(w[lo + i]);
-      valid = valid && simd::hsum(bad) == 0.0f;
-    }
     block[b] = simd::sum_as_double(w.data() + lo, len);
     total += block[b];
+  }
+
+  /// scan_block(b0), ..., scan_block(b0 + 3) (those that exist) with the same sums and total:
+  /// four full blocks are summed at once (sum4_as_double).
+  void scan_blocks(std::size_t b0, bool check = true) {
+    if (b0 + 4 > block.size() || (b0 + 4) * kBlock > w.size()) {
+      for (std::size_t b = b0; b < std::min(block.size(), b0 + 4); ++b) scan_block(b, check);
+      return;
+    }
+    if (check)
+      for (std::size_t b = b0; b < b0 + 4; ++b) check_block(b);
+    const float* xs[4] = {w.data() + b0 * kBlock, w.data() + (b0 + 1) * kBlock, w.data() + (b0 + 2) * kBlock,
+                          w.data() + (b0 + 3) * kBlock};
+    sum4_as_double(xs, kBlock, block.data() + b0);
+    for (std::size_t b = b0; b < b0 + 4; ++b) total += block[b];  // in block order, as scan_block
+  }
+
+  /// Flags negative, NaN or infinite entries of block b (valid = false).
+  void check_block(std::size_t b) {
+    const std::size_t lo = b * kBlock, len = std::min(kBlock, w.size() - lo);
+    const simd::VecF zero = simd::broadcast(0.0f), inf = simd::broadcast(std::numeric_limits<float>::infinity());
+    auto ok = zero == zero;  // all lanes true; a mask chain, not a chain of float adds
+    std::size_t i = 0;
+    for (; i + simd::kWidth <= len; i += simd::kWidth) {
+      const simd::VecF v = simd::load(w.data() + lo + i);
+      ok = simd::both(ok, simd::both(v >= zero, v < inf));  // NaN fails both, +inf the second
+    }
+    for (; i < len; ++i) valid = valid && w[lo + i] >= 0.0f && std::isfinite(w[lo + i]);
+    valid = valid && simd::all(ok);
   }
 
   /// The first index whose running sum exceeds u * total.
@@ -176,6 +236,42 @@ inline void check_prob_row(std::span<const float> row, double tolerance, std::st
   (void)checked_prob_row(row, tolerance, matrix, index);
 }
 
+/// The sampled residual max(p - c q, 0), never stored as a row: a rejection pass computes it four
+/// blocks at a time into an L1 buffer and keeps only the block sums; a lookup or the final draw
+/// recomputes the values it reads. Every value comes from the same two expressions (vector lanes
+/// below the row's last whole vector, the scalar form for the rest), so a value is the same
+/// float wherever it is computed.
+struct Residual {
+  const float* p = nullptr;
+  const float* q = nullptr;
+  std::size_t n = 0;
+  float c = 0.0f;
+
+  static simd::VecF chunk(const float* p, const float* q, simd::VecF cv) {
+    return simd::max(simd::load(p) - cv * simd::load(q), simd::broadcast(0.0f));
+  }
+  static float one(float p, float q, float c) { return std::max(0.0f, p - c * q); }
+
+  /// Values [lo, hi) into out (lo a multiple of the vector width).
+  void fill(std::size_t lo, std::size_t hi, float* out) const {
+    const simd::VecF cv = simd::broadcast(c);
+    std::size_t v = lo;
+    for (; v + simd::kWidth <= hi; v += simd::kWidth) simd::store(out + (v - lo), chunk(p + v, q + v, cv));
+    for (; v < hi; ++v) out[v - lo] = one(p[v], q[v], c);
+  }
+
+  /// The value at x.
+  float at(std::size_t x) const {
+    if (x < n / simd::kWidth * simd::kWidth) {
+      const std::size_t v = x / simd::kWidth * simd::kWidth;
+      alignas(64) float lanes[simd::kWidth];
+      simd::store(lanes, chunk(p + v, q + v, simd::broadcast(c)));
+      return lanes[x - v];
+    }
+    return one(p[x], q[x], c);
+  }
+};
+
 /// The rule of the file header; q == nullptr means deterministic children.
 inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<const float>* q, MatrixView<const float> p,
                                      const CounterRng& rng, std::uint64_t first_draw, const VerifyOptions& opt) {
@@ -203,9 +299,11 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
   }
   const std::uint64_t rank_stride = static_cast<std::uint64_t>(tree.max_depth() + 1);
   VerifyResult res;
-  std::vector<float> residual, scratch;  // sampled: max(p - c q, 0) after a rejection
-  std::vector<TokenId> removed;          // deterministic: children rejected at this position
-  BlockedRow q_scan;                     // sampled: the check of q at a position's first rejection
+  std::vector<float> residual;   // deterministic: copies of p's blocks holding removed tokens
+  std::vector<float> group;      // sampled: four blocks of a residual (stays in L1)
+  Residual res_now;              // sampled: the residual p' is after the last rejection
+  std::vector<TokenId> removed;  // deterministic: children rejected at this position
+  BlockedRow q_scan;             // sampled: the check of q at a position's first rejection
   Index pos = 0;
   for (std::uint64_t depth = 0;; ++depth) {
     const Index q_row = q ? tree.draft_row(pos) : -1;
@@ -232,7 +330,7 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
       if (!(px >= 0.0) || !std::isfinite(px))
         throw_invalid_argument("p[" + std::to_string(pos) + "][" + std::to_string(x) + "]", px,
                                "must be finite and >= 0");
-      const double weight = qr ? (r_row ? static_cast<double>(residual[static_cast<std::size_t>(x)]) : px)
+      const double weight = qr ? (r_row ? static_cast<double>(res_now.at(static_cast<std::size_t>(x))) : px)
                                : (std::find(removed.begin(), removed.end(), x) != removed.end() ? 0.0 : px);
       if (u * qx * mass < weight) {  // accept with probability min(1, p'(x) / q(x))
         next = child;
@@ -243,25 +341,32 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
       if (qr) {  // p' <- normalize(max(p' - q, 0)) = max(p - (c + S) q, 0) / its mass
         // One pass by blocks: the first rejection also scans (checks) p and q while each block is in L1.
         const float c_next = static_cast<float>(c + mass);
-        scratch.resize(static_cast<std::size_t>(vocab));
+        const Residual next{pr, qr, static_cast<std::size_t>(vocab), c_next};
         BlockedRow next_row;
-        next_row.reset(scratch);
+        next_row.reset(p.row(pos));  // only its block sums and total are the residual's
         if (first_rejection) {
           p_row->reset(p.row(pos));
           q_scan.reset(q->row(q_row));
         }
-        const simd::VecF cv = simd::broadcast(c_next), zero = simd::broadcast(0.0f);
-        for (std::size_t b = 0; b < next_row.block.size(); ++b) {
+        group.resize(4 * BlockedRow::kBlock);
+        for (std::size_t g = 0; g < next_row.block.size(); g += 4) {  // four blocks at a time (scan_blocks)
           if (first_rejection) {
-            p_row->scan_block(b);
-            q_scan.scan_block(b);
+            p_row->scan_blocks(g);
+            q_scan.scan_blocks(g);
           }
-          const std::size_t lo = b * BlockedRow::kBlock, hi = std::min(scratch.size(), lo + BlockedRow::kBlock);
-          std::size_t v = lo;
-          for (; v + simd::kWidth <= hi; v += simd::kWidth)
-            simd::store(scratch.data() + v, simd::max(simd::load(pr + v) - cv * simd::load(qr + v), zero));
-          for (; v < hi; ++v) scratch[v] = std::max(0.0f, pr[v] - c_next * qr[v]);
-          next_row.scan_block(b, false);
+          const std::size_t lo = g * BlockedRow::kBlock, hi = std::min(next.n, lo + 4 * BlockedRow::kBlock);
+          next.fill(lo, hi, group.data());
+          // The group's block sums, as scan_blocks would sum the residual stored as a row.
+          constexpr std::size_t B = BlockedRow::kBlock;
+          const std::size_t blocks = (hi - lo + B - 1) / B;
+          if (hi - lo == 4 * B) {
+            const float* xs[4] = {group.data(), group.data() + B, group.data() + 2 * B, group.data() + 3 * B};
+            sum4_as_double(xs, B, next_row.block.data() + g);
+          } else {
+            for (std::size_t b = 0; b < blocks; ++b)
+              next_row.block[g + b] = simd::sum_as_double(group.data() + b * B, std::min(B, hi - lo - b * B));
+          }
+          for (std::size_t b = 0; b < blocks; ++b) next_row.total += next_row.block[g + b];  // in block order
         }
         if (first_rejection) {
           check_scanned_row(*p_row, opt.tolerance, "p", pos);
@@ -269,7 +374,7 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
         }
         // An empty residual only comes from rounding (p' == q up to float): p' stays as it was.
         if (next_row.total > 0.0) {
-          std::swap(residual, scratch);  // next_row's span follows the buffer into `residual`
+          res_now = next;
           r_row.emplace(std::move(next_row));
           c = c_next;
           mass = r_row->total;
@@ -293,7 +398,18 @@ inline VerifyResult verify_tree_rule(const TokenTree& tree, const MatrixView<con
       res.tokens.push_back(checked_prob_row(p.row(pos), opt.tolerance, "p", pos).draw(u));
       res.bonus = true;
     } else if (qr) {
-      res.tokens.push_back(r_row ? r_row->draw(u) : p_row->draw(u));
+      if (r_row) {  // the residual's blocks are recomputed where the walk reads them
+        std::size_t held = SIZE_MAX;
+        res.tokens.push_back(BlockedRow::draw_from_blocks(u, r_row->total, r_row->block, res_now.n, [&](std::size_t b) {
+          if (b != held) {
+            res_now.fill(b * BlockedRow::kBlock, std::min(res_now.n, (b + 1) * BlockedRow::kBlock), group.data());
+            held = b;
+          }
+          return static_cast<const float*>(group.data());
+        }));
+      } else {
+        res.tokens.push_back(p_row->draw(u));
+      }
     } else {
       // p without the removed tokens: the blocks holding one are copied with it zeroed and
       // re-summed, the others keep p's sums, so the draw costs O(V / 1024 + removed * 1024).
@@ -352,7 +468,9 @@ inline VerifyResult verify_tree_deterministic(const TokenTree& tree, MatrixView<
 /// Greedy verification: the longest root path whose every token is the target's argmax at its
 /// parent's position (rows of logits or probabilities [tree.size() + 1, V], ties to the lowest id;
 /// between equally long paths the first in depth-first order), then the argmax at the path's end
-/// (the bonus when that is a leaf). Argmaxes are taken only at the root and matching nodes.
+/// (the bonus when that is a leaf). Rows are read lazily down the tree: the root's argmax picks
+/// the children to follow, and only the rows of matching children are read (one row per accepted
+/// draft plus the last; siblings with the same token are each followed), by row_argmax.
 inline VerifyResult verify_tree_greedy(const TokenTree& tree, MatrixView<const float> target) {
   const Index n = tree.size();
   if (target.rows() != n + 1)
@@ -361,16 +479,21 @@ inline VerifyResult verify_tree_greedy(const TokenTree& tree, MatrixView<const f
     if (tree.token(i) >= target.cols())
       throw_out_of_range("tree.token(" + std::to_string(i) + ")", tree.token(i),
                          "must be in [0, " + std::to_string(target.cols()) + ")");
-  // best[u]: argmax at position u, computed for the root and matching nodes; -1 elsewhere.
+  // best[u]: the argmax at position u, read for the root and the matching nodes only.
   std::array<TokenId, TokenTree::kMaxNodes + 1> best;
-  best.fill(-1);
-  best[0] = argmax_token(target.row(0));
-  Index end = -1;  // deepest matching node
-  for (Index i = 0; i < n; ++i) {
-    const TokenId want = best[static_cast<std::size_t>(tree.parent(i) + 1)];
-    if (want < 0 || tree.token(i) != want) continue;
-    best[static_cast<std::size_t>(i + 1)] = argmax_token(target.row(i + 1));
-    if (end < 0 || tree.depth(i) > tree.depth(end)) end = i;
+  std::array<Index, TokenTree::kMaxNodes + 1> todo;  // matching positions whose children are unvisited
+  std::size_t pending = 0;
+  best[0] = row_argmax(target.row(0)).argmax;
+  todo[pending++] = 0;
+  Index end = -1;  // the deepest matching node, the lowest index (first depth-first) among equals
+  while (pending > 0) {
+    const Index u = todo[--pending];
+    for (Index c = tree.first_child(u); c >= 0; c = tree.next_sibling(c)) {
+      if (tree.token(c) != best[static_cast<std::size_t>(u)]) continue;
+      best[static_cast<std::size_t>(c + 1)] = row_argmax(target.row(c + 1)).argmax;
+      todo[pending++] = c + 1;
+      if (end < 0 || tree.depth(c) > tree.depth(end) || (tree.depth(c) == tree.depth(end) && c < end)) end = c;
+    }
   }
   VerifyResult res;
   for (Index a = end; a >= 0; a = tree.parent(a)) res.path.push_back(a);
