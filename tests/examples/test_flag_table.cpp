@@ -81,13 +81,16 @@ std::set<std::string> old_generate() {
   s.erase("--steer-tokens");  // the one change: generate took it only to reject it (an eval flag)
   s.insert("--grammar");      // added: constrained decoding (issue 30)
   s.insert("--json-schema");
+  s.insert("--sink-logit");  // added: learned attention-sink logits (issue 32)
   return s;
 }
 std::set<std::string> old_eval() {
-  return united(
+  auto s = united(
       {"--model", "--eval-ids", "--eval-range", "--eval-chunk", "--cache", "--window", "--sinks", "--positions",
        "--kv-quant", "--kv-quant-k", "--kv-quant-v", "--tokenizer", "--attn-arith", "--page-size", "--batch-invariant"},
       {kOldSteering, kOldQuant, kOldMoe});
+  s.insert("--sink-logit");  // added: learned attention-sink logits (issue 32)
+  return s;
 }
 const std::set<std::string> kOldServe = {"--model",
                                          "--trace",

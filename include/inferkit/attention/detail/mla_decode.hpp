@@ -8,13 +8,10 @@
 //   O^T [dv][Rp] = O^T diag(alpha) + V^T P^T   (V = the same rows, only their first dv values)
 // What it does differently from attention()'s lanes decode, measured in bench/mla_bench.cpp:
 //  - Q~^T is packed once per call, not once per split unit (16 units at Tk 8192).
-//  - The score product is blocked over d in kScoreDimBlock columns, so the packed query panel it
-//    streams per key micro-tile stays in L1 (a 576 x 64-row panel is 147 KB): the chain of
-//    FMAs of every score is still one chain over d in order (a block continues from the stored
-//    partial sum, multiplied by exactly 1), so the bits are those of the unblocked product.
-//  - P V runs with the rows in lanes too (latent values broadcast, P^T rows as vectors: 6 x 4
-//    zmm accumulators, 10 loads per 24 FMAs) instead of head_dim in lanes (decode_pv: 4 x 4
-//    accumulators, which re-stream the whole value tile from L2 for every 4 rows).
+//  - P V runs with the rows in lanes too (latent values broadcast, P^T rows as vectors:
+//    lanes_gemm's 6 x 4 zmm / 6 x 2 ymm accumulators) instead of head_dim in lanes (decode_pv's
+//    4 x 4 accumulators re-stream the whole value tile from L2 for every 4 rows, and on AVX2
+//    spill: 16 accumulators + 4 values exceed the 16 ymm registers).
 //  - The weighted sum covers only the dv = kv_lora_rank columns W_UV reads, not the k_pe tail
 //    (qk_rope_dim / (kv_lora_rank + qk_rope_dim) = 11% of the p.v work at DeepSeek's shapes).
 // The KV range is cut into fixed splits (chosen from Tk and options.kv_split_tokens, never from
@@ -43,9 +40,6 @@ namespace inferkit::detail {
 
 /// Keys per tile of the MLA decode sweep.
 inline constexpr Index kMlaKeyTile = 64;
-/// Columns of d per block of the score product: a 64-column block of a 64-row panel of Q~^T is
-/// 16 KB, half of Zen 4's / Sapphire Rapids' L1d beside the key tile's rows.
-inline constexpr Index kScoreDimBlock = 64;
 /// Smallest automatic split (tokens) and the split count it aims at: 8 splits keep 2 to 4
 /// threads busy (dynamic schedule) while each split's 256 KB state (dv 512 x 128 rows) stays
 /// L2-sized; smaller splits cost one state fold each.
@@ -109,10 +103,10 @@ struct MlaDecodeScratch {
 
 /// One split: the unnormalized state over tokens [begin, end) of all R = Tq * H rows (query
 /// token r / H, head r % H): ot [dv][Rp], m [Rp], l [Rp]. qt is Q~^T [d][Rp] (scaled, padding
-/// rows zero); ones [Rp] holds 1.0f (the continuation factor of the d-blocked score product).
+/// rows zero).
 template <KvSource S>
 void mla_decode_split(const S& kv, bool alias, Index begin, Index end, Index d, Index dv, Index Rp, const float* qt,
-                      const float* ones, MlaDecodeScratch& ws, float* ot, float* m, float* l) {
+                      MlaDecodeScratch& ws, float* ot, float* m, float* l) {
   using simd::VecF;
   constexpr Index W = static_cast<Index>(simd::kWidth);
   ws.st.resize(static_cast<std::size_t>(kMlaKeyTile * Rp));
@@ -128,9 +122,7 @@ void mla_decode_split(const S& kv, bool alias, Index begin, Index end, Index d, 
   while (tiles.next()) {
     const Index nc = tiles.count();
     const RowsF32 keys = tiles.keys(d, ws.kbuf.data(), d, true);
-    for (Index d0 = 0; d0 < d; d0 += kScoreDimBlock)
-      lanes_gemm(nc, std::min(kScoreDimBlock, d - d0), Rp, keys.data + d0, keys.stride, 1, qt + d0 * Rp, Rp, st, Rp,
-                 d0 == 0 ? nullptr : ones);
+    lanes_gemm(nc, d, Rp, keys.data, keys.stride, 1, qt, Rp, st, Rp, nullptr);
     // The online softmax per row, lane-wise (prefill_kernel.hpp's update without masks).
     for (Index r0 = 0; r0 < Rp; r0 += W) {
       VecF mx = vneg_inf;
@@ -165,9 +157,8 @@ void mla_decode_attention(const SequenceProblem& p, const S& kv, Index dv, Index
   const Index d = p.head_dim(), G = p.group, R = p.num_queries() * G, Rp = lanes_padded_rows(R);
   const Index tk = kv.num_tokens(), splits = ceil_div(tk, split_tokens);
   const bool alias = mla_values_alias_keys(kv);
-  AlignedBuffer<float> qt(static_cast<std::size_t>(d * Rp)), ones(static_cast<std::size_t>(Rp));
+  AlignedBuffer<float> qt(static_cast<std::size_t>(d * Rp));
   for (Index r = 0; r < Rp; ++r) {
-    ones[static_cast<std::size_t>(r)] = 1.0f;
     if (r < R) {
       const float* qrow = p.q.ptr(r / G, r % G);
       for (Index k = 0; k < d; ++k) qt[static_cast<std::size_t>(k * Rp + r)] = p.score.scaled(qrow[k]);
@@ -186,7 +177,7 @@ void mla_decode_attention(const SequenceProblem& p, const S& kv, Index dv, Index
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t s = 0; s < n_splits; ++s) {
       const Index b = static_cast<Index>(s) * split_tokens;
-      mla_decode_split(kv, alias, b, std::min(tk, b + split_tokens), d, dv, Rp, qt.data(), ones.data(), ws,
+      mla_decode_split(kv, alias, b, std::min(tk, b + split_tokens), d, dv, Rp, qt.data(), ws,
                        ot.data() + static_cast<std::size_t>(s) * state, m.data() + s * Rp, l.data() + s * Rp);
     }
     // Fold the splits in order into split 0: the statistics first (Rp lanes per split, one
