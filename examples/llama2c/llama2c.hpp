@@ -601,8 +601,8 @@ class Cache {
     if (o.shard && !o.sink_logits.empty())
       throw std::invalid_argument("llama2c: --sink-logit does not work with context parallelism");
     if (!o.sink_logits.empty() && static_cast<Index>(o.sink_logits.size()) != c.n_heads)
-      throw std::invalid_argument("llama2c: --sink-logit needs one logit per query head (" +
-                                  std::to_string(c.n_heads) + "), got " + std::to_string(o.sink_logits.size()));
+      throw std::invalid_argument("llama2c: --sink-logit needs one logit per query head (" + std::to_string(c.n_heads) +
+                                  "), got " + std::to_string(o.sink_logits.size()));
     if (o.kind == CacheKind::kPaged) {
       if (o.quant_pool)
         impl_.emplace<inferkit::BlockTable<inferkit::QuantizedKv>>(*o.quant_pool);

@@ -87,8 +87,10 @@ template <KvSource S>
 bool mla_values_alias_keys(const S& kv) {
   for (Index b = 0; b < kv.num_blocks(); ++b) {
     const auto blk = kv.block(0, b);
-    if constexpr (std::is_same_v<decltype(blk.keys), decltype(blk.values)> &&
-                  requires { blk.keys.data == blk.values.data && blk.keys.row_stride == blk.values.row_stride; }) {
+    if constexpr (std::is_same_v<decltype(blk.keys), decltype(blk.values)> && requires {
+                    blk.keys.data;
+                    blk.keys.row_stride;
+                  }) {
       if (blk.keys.data != blk.values.data || blk.keys.row_stride != blk.values.row_stride) return false;
     } else {
       return false;
