@@ -2,7 +2,8 @@
 // same binary.
 //   attention_sink/Hq32_Hkv8_D128/Tq/Tk/threads   the same attention() call without and with
 //     AttentionOptions::sink_logits, alternating in one loop (decode: Tq 1, Tk 8192; prefill:
-//     T 1024 causal); counter sink_over_plain is the sinks' cost.
+//     T 1024 causal); counter sink_over_plain is the sinks' cost in wall time,
+//     cpu_sink_over_plain in process CPU time.
 //   mla_decode/{inferkit,materialized}/V2Lite/Tk/threads   one layer's decode step, DeepSeek-V2-Lite
 //     geometry (16 heads, rank 512, rope 64, nope 128, v 128), bf16 cache: mla_attention over a
 //     LatentCache<BFloat16> (W_UK / W_UV absorption included) against attention() over the
@@ -18,9 +19,11 @@
 //     splits). Before the switch (commit bba2e1a) 0 was the decode kernel at every row count,
 //     which is where kLanesDecodeRows = 32 comes from.
 //   mla_decode/{inferkit,attention_core}/V3/Tk/threads   128 heads: the whole mla_attention step
-//     and its attention over the latent stream alone; counter GFLOPS counts 2 x H x Tk x
-//     (576 + 512) (scores and the weighted sum of c), against fma_peak/threads (a same-run loop
-//     of independent vector FMAs, counter GFLOPS).
+//     (projections and its own decode kernel, attention/detail/mla_decode.hpp) and, as the
+//     baseline, attention() over the latent stream alone (the generic lanes decode, which also
+//     sums the 64 k_pe columns); counter GFLOPS counts 2 x H x Tk x (576 + 512) (scores and the
+//     weighted sum of c), against fma_peak/threads (a same-run loop of independent vector FMAs,
+//     counter GFLOPS). GFLOPS is per wall second: on a loaded machine compare CPU times.
 //   mla_decode/inferkit_bf16w/V3/Tk/threads   the whole step with bf16 W_UK / W_UV
 //     (MlaWeightsBf16): half the step's 67 MB of f32 up-projection reads.
 #include <benchmark/benchmark.h>
@@ -29,6 +32,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
 #include <vector>
 
 #ifdef _OPENMP
@@ -66,13 +70,15 @@ void BM_attention_sink(benchmark::State& state) {
   inferkit::AttentionOptions plain{.num_threads = static_cast<int>(state.range(2))};
   inferkit::AttentionOptions sunk = plain;
   sunk.sink_logits = sinks;
-  double t_plain = 0, t_sink = 0;
+  double t_plain = 0, t_sink = 0, c_plain = 0, c_sink = 0;
   for (auto _ : state) {
     for (int pass = 0; pass < 2; ++pass) {
       const auto t0 = std::chrono::steady_clock::now();
+      const std::clock_t c0 = std::clock();
       inferkit::attention({q.data(), tq, kSinkHq, kSinkD}, kv, {out.data(), tq, kSinkHq, kSinkD},
                           {lse.data(), tq, kSinkHq}, pass == 0 ? plain : sunk);
       benchmark::ClobberMemory();
+      (pass == 0 ? c_plain : c_sink) += static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
       (pass == 0 ? t_plain : t_sink) += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
@@ -80,6 +86,9 @@ void BM_attention_sink(benchmark::State& state) {
   state.counters["plain_us"] = t_plain * 1e6 / n;
   state.counters["sink_us"] = t_sink * 1e6 / n;
   state.counters["sink_over_plain"] = t_sink / t_plain;
+  // The same ratio in process CPU time (all threads; std::clock), which a loaded machine's
+  // time-sharing does not inflate as it does wall time.
+  state.counters["cpu_sink_over_plain"] = c_sink / c_plain;
   ib::label_isa(state);
 }
 

@@ -5,6 +5,7 @@
 //
 //   const auto ids = llama2c::parse_ids(llama2c::read_file(f.text("--eval-ids"), "--eval-ids"), "--eval-ids");
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -79,6 +80,39 @@ inline std::pair<Index, Index> int_range(const cli::Flags& a, const std::string&
 inline inferkit::AttentionArithmetic attn_arith(const cli::Flags& a) {
   return a.text("--attn-arith") == "reduced" ? inferkit::AttentionArithmetic::kReduced
                                              : inferkit::AttentionArithmetic::kExact;
+}
+
+/// --sink-logit S or S1,...,SH: one sink logit per query head (empty when the flag is absent).
+/// Each value is a whole number text of std::stof, finite or -inf.
+inline std::vector<float> sink_logits_flag(const cli::Flags& a, int n_heads) {
+  if (!a.has("--sink-logit")) return {};
+  const std::string text = a.text("--sink-logit");
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("--sink-logit = '" + text + "' is invalid: " + why);
+  };
+  std::vector<float> v;
+  for (std::size_t b = 0;;) {
+    const std::size_t e = std::min(text.find(',', b), text.size());
+    const std::string item = text.substr(b, e - b);
+    float x = 0;
+    std::size_t used = 0;
+    try {
+      x = std::stof(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size()) throw bad("'" + item + "' is not a number");
+    if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
+      throw bad("'" + item + "' must be finite or -inf (no sink)");
+    v.push_back(x);
+    if (e == text.size()) break;
+    b = e + 1;
+  }
+  if (v.size() == 1) v.assign(static_cast<std::size_t>(n_heads), v[0]);
+  if (v.size() != static_cast<std::size_t>(n_heads))
+    throw bad("gives " + std::to_string(v.size()) + " values; the model has " + std::to_string(n_heads) +
+              " query heads (give one value or one per head)");
+  return v;
 }
 
 /// The name --attn-arith gives an arithmetic.

@@ -72,6 +72,7 @@ inline int cmd_eval(const cli::Flags& a) {
                           "the file's positions of KV cache");
   }
   c.arithmetic = attn_arith(a);
+  c.sink_logits = sink_logits_flag(a, model.config().n_heads);
   c.batch_invariant = a.has("--batch-invariant");
   // --cache paged: one sequence's pages from a block pool (quantized pages with --kv-quant,
   // under paged_quant's specs: no residual, per-channel key groups within a page).

@@ -141,6 +141,7 @@ inline int cmd_generate(const cli::Flags& a) {
   const Index steps = a.integer("--steps");
   SamplingConfig s;
   s.arithmetic = attn_arith(a);
+  s.sink_logits = sink_logits_flag(a, model.config().n_heads);
   apply_sampling_flags(a, s);
   make_chain(s);  // validates the sampling parameters before any work
   const auto text =

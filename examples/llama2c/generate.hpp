@@ -38,6 +38,7 @@ inline std::vector<TokenId> generate(const Model& m, const std::vector<TokenId>&
   CacheOptions copt = o.cache;
   copt.naive_attention = s.naive;
   copt.arithmetic = s.arithmetic;
+  copt.sink_logits = s.sink_logits;
   Cache cache(m.config(), copt);
   std::vector<TokenId> seq = start_sequence(m.config(), prompt);
   const auto V = static_cast<std::size_t>(m.config().vocab_size);

@@ -573,6 +573,7 @@ struct CacheOptions {
   inferkit::BlockPool<inferkit::QuantizedKv>* quant_pool = nullptr;  // kPaged over quantized pages (instead of pool)
   bool naive_attention = false;  // baseline runs: inferkit's fp64 reference instead of the kernels
   inferkit::AttentionArithmetic arithmetic = inferkit::AttentionArithmetic::kExact;  // --attn-arith
+  std::vector<float> sink_logits;  // --sink-logit: AttentionOptions::sink_logits, one per query head, or empty
   // Batch-invariant attention (AttentionOptions::batch_invariant): bits independent of the page
   // size, so a paged cache's logits equal a dense cache's bit for bit (quantized caches
   // included: a rounding difference upstream would otherwise flip codes downstream).
@@ -597,6 +598,11 @@ class Cache {
     const Index L = c.n_layers, H = c.n_kv_heads, D = c.head_size();
     if (o.shard && (o.kind != CacheKind::kDense || o.quant || o.naive_attention))
       throw std::invalid_argument("llama2c: context parallelism needs the dense float cache and inferkit's attention");
+    if (o.shard && !o.sink_logits.empty())
+      throw std::invalid_argument("llama2c: --sink-logit does not work with context parallelism");
+    if (!o.sink_logits.empty() && static_cast<Index>(o.sink_logits.size()) != c.n_heads)
+      throw std::invalid_argument("llama2c: --sink-logit needs one logit per query head (" + std::to_string(c.n_heads) +
+                                  "), got " + std::to_string(o.sink_logits.size()));
     if (o.kind == CacheKind::kPaged) {
       if (o.quant_pool)
         impl_.emplace<inferkit::BlockTable<inferkit::QuantizedKv>>(*o.quant_pool);
@@ -680,12 +686,13 @@ class Cache {
           const inferkit::Tensor3View<const float> qv(q, tokens, heads, head);
           const inferkit::Tensor3View<float> ov(out, tokens, heads, head);
           if (opt_.naive_attention)
-            inferkit::attention_reference(qv, c.source(layer), ov, {});
+            inferkit::attention_reference(qv, c.source(layer), ov, {}, {.sink_logits = opt_.sink_logits});
           else {
             inferkit::AttentionOptions ao;
             ao.num_threads = flops > 0 ? threads_for(flops) : runner_threads();
             ao.arithmetic = opt_.arithmetic;
             ao.batch_invariant = opt_.batch_invariant;
+            ao.sink_logits = opt_.sink_logits;
             inferkit::attention(qv, c.source(layer), ov, {}, ao);
           }
         },
@@ -706,6 +713,7 @@ class Cache {
             inferkit::AttentionOptions ao;
             ao.num_threads = threads_for(flops);
             ao.batch_invariant = opt_.batch_invariant;
+            ao.sink_logits = opt_.sink_logits;
             inferkit::tree_attention(inferkit::Tensor3View<const float>(q, rows, heads, head), c.source(layer), prefix,
                                      parents, inferkit::Tensor3View<float>(out, rows, heads, head), ao);
           } else {

@@ -33,7 +33,8 @@ struct SamplingConfig {
   std::uint64_t seed = 42;
   bool naive = false;  // baseline runs: sort-based sampling and reference attention
   inferkit::AttentionArithmetic arithmetic = inferkit::AttentionArithmetic::kExact;  // --attn-arith
-  bool llama_cpp_order = false;  // llama.cpp's preset instead of inferkit's (= Hugging Face's) order
+  std::vector<float> sink_logits;  // --sink-logit: one per query head, or empty (none)
+  bool llama_cpp_order = false;    // llama.cpp's preset instead of inferkit's (= Hugging Face's) order
   // --grammar / --json-schema (grammar_flags.hpp): the grammar stage runs first in the chain.
   std::shared_ptr<const inferkit::TokenMasker> grammar{};
 };

@@ -83,13 +83,16 @@ std::set<std::string> old_generate() {
   s.insert("--json-schema");
   s.insert("--spec-ngram-min");  // added: prompt lookup's suffix lengths (issue 31)
   s.insert("--spec-ngram-max");
+  s.insert("--sink-logit");  // added: learned attention-sink logits (issue 32)
   return s;
 }
 std::set<std::string> old_eval() {
-  return united(
+  auto s = united(
       {"--model", "--eval-ids", "--eval-range", "--eval-chunk", "--cache", "--window", "--sinks", "--positions",
        "--kv-quant", "--kv-quant-k", "--kv-quant-v", "--tokenizer", "--attn-arith", "--page-size", "--batch-invariant"},
       {kOldSteering, kOldQuant, kOldMoe});
+  s.insert("--sink-logit");  // added: learned attention-sink logits (issue 32)
+  return s;
 }
 const std::set<std::string> kOldServe = {"--model",
                                          "--trace",

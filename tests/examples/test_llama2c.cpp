@@ -183,6 +183,175 @@ TEST_CASE("bad files and bad flags give clear errors", "[example][llama2c][error
   CHECK(status == 0);
 }
 
+namespace {
+
+// fp64 logits [tokens][vocab] of a llama2.c model over `ids` from position 0, with sink logit
+// sinks[h] per query head in every layer, written from the equations (RMSNorm, RoPE on adjacent
+// pairs, softmax whose denominator alone gains e^S_h, SwiGLU), not from the runner's code.
+std::vector<std::vector<double>> sink_reference_logits(const llama2c::Model& m, const std::vector<TokenId>& ids,
+                                                       const std::vector<float>& sinks) {
+  const llama2c::Config& c = m.config();
+  const std::size_t n = ids.size(), D = std::size_t(c.dim), hs = std::size_t(c.head_size());
+  const std::size_t H = std::size_t(c.n_heads), Hkv = std::size_t(c.n_kv_heads), F = std::size_t(c.hidden_dim);
+  using V = std::vector<double>;
+  const auto rms = [&](const V& x, const llama2c::VectorMap& g) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / double(x.size()) + double(c.rms_eps));
+    V y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * double(g[Eigen::Index(i)]);
+    return y;
+  };
+  const auto mul = [](const llama2c::MatrixMap& w, const V& x) {
+    V y(std::size_t(w.rows()), 0.0);
+    for (Eigen::Index r = 0; r < w.rows(); ++r)
+      for (Eigen::Index k = 0; k < w.cols(); ++k) y[std::size_t(r)] += double(w(r, k)) * x[std::size_t(k)];
+    return y;
+  };
+  const auto rope = [&](double* v, std::size_t pos) {
+    for (std::size_t i = 0; i < hs / 2; ++i) {
+      const double a = double(pos) * std::pow(c.rope_base, -2.0 * double(i) / double(hs));
+      const double x0 = v[2 * i], x1 = v[2 * i + 1];
+      v[2 * i] = x0 * std::cos(a) - x1 * std::sin(a);
+      v[2 * i + 1] = x0 * std::sin(a) + x1 * std::cos(a);
+    }
+  };
+  std::vector<V> x(n, V(D));
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t i = 0; i < D; ++i) x[t][i] = m.embedding(ids[t])[i];
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::vector<V> q(n), k(n), v(n);
+    for (std::size_t t = 0; t < n; ++t) {
+      const V xn = rms(x[t], m.rms_att(l));
+      q[t] = mul(m.wq(l), xn), k[t] = mul(m.wk(l), xn), v[t] = mul(m.wv(l), xn);
+      for (std::size_t h = 0; h < H; ++h) rope(q[t].data() + h * hs, t);
+      for (std::size_t h = 0; h < Hkv; ++h) rope(k[t].data() + h * hs, t);
+    }
+    for (std::size_t t = 0; t < n; ++t) {
+      V att(H * hs, 0.0);
+      for (std::size_t h = 0; h < H; ++h) {
+        const std::size_t g = h / (H / Hkv);
+        const double sink = sinks.empty() ? -INFINITY : double(sinks[h]);
+        V sc(t + 1);
+        double mx = sink;
+        for (std::size_t u = 0; u <= t; ++u) {
+          sc[u] = 0;
+          for (std::size_t i = 0; i < hs; ++i) sc[u] += q[t][h * hs + i] * k[u][g * hs + i];
+          sc[u] /= std::sqrt(double(hs));
+          mx = std::max(mx, sc[u]);
+        }
+        double z = std::isinf(sink) ? 0.0 : std::exp(sink - mx);  // the sink: denominator only
+        for (auto& e : sc) z += (e = std::exp(e - mx));
+        for (std::size_t u = 0; u <= t; ++u)
+          for (std::size_t i = 0; i < hs; ++i) att[h * hs + i] += sc[u] / z * v[u][g * hs + i];
+      }
+      const V o = mul(m.wo(l), att);
+      for (std::size_t i = 0; i < D; ++i) x[t][i] += o[i];
+      const V xn = rms(x[t], m.rms_ffn(l));
+      V a = mul(m.w1(l), xn);
+      const V b = mul(m.w3(l), xn);
+      for (std::size_t i = 0; i < F; ++i) a[i] = a[i] / (1.0 + std::exp(-a[i])) * b[i];
+      const V f = mul(m.w2(l), a);
+      for (std::size_t i = 0; i < D; ++i) x[t][i] += f[i];
+    }
+  }
+  std::vector<V> out(n);
+  for (std::size_t t = 0; t < n; ++t) out[t] = mul(m.wcls(), rms(x[t], m.rms_final()));
+  return out;
+}
+
+}  // namespace
+
+// --sink-logit (issue 32): the runner's attention takes AttentionOptions::sink_logits. Logits of
+// a prompt fed as one chunk (prefill kernel) and then token by token (decode kernel) against the
+// fp64 forward above; -inf is no sink, bit for bit; the CLI's ids with --sink-logit -inf are the
+// ids without the flag, and bad values are refused naming the flag.
+TEST_CASE("--sink-logit: finite sinks match an fp64 forward, -inf is no sink", "[example][llama2c][sink]") {
+  const auto m = small_random(2, 2, 31);
+  const std::vector<TokenId> ids{1, 17, 205, 9, 42, 77, 3, 150, 64, 11};
+  const auto V = static_cast<std::size_t>(m.config().vocab_size);
+  const auto run = [&](const std::vector<float>& sinks, Index chunk) {
+    llama2c::CacheOptions o;
+    o.sink_logits = sinks;
+    llama2c::Cache cache(m.config(), o);
+    std::vector<float> logits(ids.size() * V);
+    for (Index t = 0; t < Index(ids.size()); t += chunk) {
+      const Index n = std::min<Index>(chunk, Index(ids.size()) - t);
+      llama2c::forward(m, cache, ids.data() + t, n, static_cast<std::int32_t>(t), logits.data() + std::size_t(t) * V,
+                       {.batched = true});
+    }
+    return logits;
+  };
+  const std::vector<float> sinks{1.5f, -0.5f, 3.0f, -INFINITY};
+  const auto ref = sink_reference_logits(m, ids, sinks);
+  const auto ref_plain = sink_reference_logits(m, ids, {});
+  for (const Index chunk : {Index(ids.size()), Index(1)}) {
+    INFO("chunks of " << chunk << " tokens");
+    const auto got = run(sinks, chunk);
+    double worst = 0, scale = 0, moved = 0;
+    for (std::size_t t = 0; t < ids.size(); ++t)
+      for (std::size_t v = 0; v < V; ++v) {
+        worst = std::max(worst, std::abs(double(got[t * V + v]) - ref[t][v]));
+        scale = std::max(scale, std::abs(ref[t][v]));
+        moved = std::max(moved, std::abs(ref[t][v] - ref_plain[t][v]));
+      }
+    INFO("worst |logit - fp64| " << worst << ", largest |logit| " << scale << ", sinks move logits by " << moved);
+    CHECK(moved > 100 * (worst + 1e-6));  // the sinks matter far beyond the float error
+    CHECK(worst < 2e-5 * scale + 1e-5);
+    CHECK(run(std::vector<float>(4, -INFINITY), chunk) == run({}, chunk));
+  }
+
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto path = (dir / "inferkit_test_sink.bin").string();
+  m.save(path);
+  const std::string gen = "generate --model " + path + " --temperature 0 --steps 24 --print-ids --prompt-ids \"5 9\"";
+  const auto plain = run_cli(gen);
+  REQUIRE(plain.first == 0);
+  const auto ids_line = [](const std::string& out) {
+    std::istringstream lines(out);
+    std::string l, found;
+    while (std::getline(lines, l))
+      if (!l.empty() && l.find_first_not_of("0123456789 ") == std::string::npos) found = l;
+    return found;
+  };
+  CHECK(!ids_line(plain.second).empty());
+  for (const std::string flag : {" --sink-logit -inf", " --sink-logit -inf,-inf,-inf,-inf"}) {
+    const auto r = run_cli(gen + flag);
+    INFO(flag << " -> " << r.second);
+    CHECK(r.first == 0);
+    CHECK(ids_line(r.second) == ids_line(plain.second));
+  }
+  const auto eval_ids = (dir / "inferkit_test_sink_ids.txt").string();
+  std::ofstream(eval_ids) << "1 17 205 9 42 77 3 150 64 11";
+  const auto e_plain = run_cli("eval --model " + path + " --eval-ids " + eval_ids);
+  const auto e_sink = run_cli("eval --model " + path + " --eval-ids " + eval_ids + " --sink-logit 1.5,-0.5,3,-inf");
+  REQUIRE(e_plain.first == 0);
+  REQUIRE(e_sink.first == 0);
+  {  // eval's mean NLL over tokens 1.. against the fp64 reference's
+    double nll = 0;
+    for (std::size_t t = 0; t + 1 < ids.size(); ++t) {
+      double mx = -INFINITY, z = 0;
+      for (double x : ref[t]) mx = std::max(mx, x);
+      for (double x : ref[t]) z += std::exp(x - mx);
+      nll -= ref[t][std::size_t(ids[t + 1])] - mx - std::log(z);
+    }
+    INFO(e_sink.second);
+    CHECK(cli_test::field(e_sink.second, "mean_nll") == Approx(nll / double(ids.size() - 1)).epsilon(1e-4));
+  }
+  const auto check_cli = [](const std::string& args, const std::string& message) {
+    const auto [status, out] = run_cli(args);
+    INFO(args << " -> " << out);
+    CHECK(status != 0);
+    CHECK_THAT(out, Catch::Contains("--sink-logit") && Catch::Contains(message));
+  };
+  check_cli(gen + " --sink-logit nan", "finite or -inf");
+  check_cli(gen + " --sink-logit inf", "finite or -inf");
+  check_cli(gen + " --sink-logit 1,2", "4 query heads");
+  check_cli(gen + " --sink-logit 1,,2,3", "is not a number");
+  check_cli(gen + " --sink-logit x", "is not a number");
+  check_cli(gen + " --sink-logit 1 --beams 2", "--beams");
+}
+
 TEST_CASE("prefix reuse changes no output and saves the shared prefill", "[example][llama2c][prefix]") {
   const auto m = small_random(2, 2, 41);
   std::vector<TokenId> system;

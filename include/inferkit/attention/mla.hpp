@@ -33,6 +33,8 @@
 #include <type_traits>
 
 #include "inferkit/attention/attention.hpp"
+#include "inferkit/attention/detail/mla_decode.hpp"
+#include "inferkit/attention/detail/problem.hpp"
 #include "inferkit/attention/kv_block.hpp"
 #include "inferkit/attention/options.hpp"
 #include "inferkit/core/aligned_buffer.hpp"
@@ -174,7 +176,15 @@ void mla_attention_impl(const MlaShape& shape, Tensor3View<const float> q, const
     for (Index i = 0; i < nope; ++i) mla_axpy(dst, qn[i], weights.w_uk.ptr(h, i), R);
     std::copy_n(qn + nope, rope, dst + R);
   }
-  attention(Tensor3View<const float>(qa.data(), tq, H, L), latent, Tensor3View<float>(ctx.data(), tq, H, L), lse, o);
+  const Tensor3View<const float> qv(qa.data(), tq, H, L);
+  const Tensor3View<float> cv(ctx.data(), tq, H, L);
+  if (mla_decode_applies(latent, tq, o)) {  // every row sees every latent row (mla_decode.hpp)
+    const ProblemBuilder problems(qv, cv, lse, 1, L, o);
+    mla_decode_attention(problems.sequence(0, tq, last_position(latent)), latent, R,
+                         mla_split_tokens(latent.num_tokens(), o.kv_split_tokens), threads);
+  } else {
+    attention(qv, latent, cv, lse, o);
+  }
   // o_h = W_UV_h ctx_h[0, kv_lora_rank).
 #pragma omp parallel for num_threads(threads) schedule(static) if (rows > 1)
   for (std::int64_t u = 0; u < rows; ++u) {
