@@ -100,9 +100,9 @@ inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const 
   const Index N = w.rows(), K = w.cols(), T = x.rows(), items = ceil_div(N, kGgmlRowsPerItem);
   GgmlQ8Rows q8;
   ggml_quantize_activations(x, L::kBlock, kernel, q8, T >= 16 ? threads : 1);
-  AlignedBuffer<std::int8_t> decode_scratch;
+  GgmlDecodeInput decode_in;
   on_quant_path(kernel, [&](auto path) {
-    const std::int8_t* decode_codes = T == 1 ? ggml_decode_codes<L>(path, q8, decode_scratch) : nullptr;
+    if (T == 1) ggml_decode_prepare<L>(path, q8, decode_in);
     const auto make = [&] {
       GgmlUnpackedRow r;
       r.resize(K, L::kBlock);
@@ -116,7 +116,7 @@ inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const 
             y(0, n) = ggml_int8_row_scalar<L>(reinterpret_cast<const std::uint8_t*>(w.row(n)), K, q8, r);
         } else {
           ggml_decode_rows<L>(path, reinterpret_cast<const std::uint8_t*>(w.row(0)), w.row_bytes(), n0, n1, K, q8,
-                              decode_codes, y.row_ptr(0) + n0);
+                              decode_in, y.row_ptr(0) + n0);
         }
         return;
       }
@@ -126,8 +126,13 @@ inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const 
           ggml_unpack_row(layout, path, reinterpret_cast<const std::uint8_t*>(w.row(n)), K, r);
           for (Index t = t0; t < t1; t += kGgmlInt8Tokens) {
             const int tc = static_cast<int>(std::min<Index>(kGgmlInt8Tokens, t1 - t));
-            with_static_count<kGgmlInt8Tokens>(
-                tc, [&](auto C) { ggml_int8_tile<L, C()>(path, r, K, q8, t, y.row_ptr(t) + n, y.row_stride()); });
+            with_static_count<kGgmlInt8Tokens>(tc, [&](auto C) {
+              if constexpr (kGgmlLegacy<L> && !std::is_same_v<decltype(path), ScalarPath>)
+                ggml_legacy_tile<L, C(), std::is_same_v<decltype(path), Avx512VnniPath>>(r, K, q8, t, y.row_ptr(t) + n,
+                                                                                          y.row_stride());
+              else
+                ggml_int8_tile<L, C()>(path, r, K, q8, t, y.row_ptr(t) + n, y.row_stride());
+            });
           }
         }
       }
