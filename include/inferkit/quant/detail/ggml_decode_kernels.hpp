@@ -48,7 +48,7 @@ inline constexpr bool kGgmlPairs512 =
 /// in L1), 1 on the 256-bit K-quant kernels (with 16 registers the extra rows spill: 30%
 /// slower). The legacy kernels (ggml_legacy_kernels.hpp): LEGACY_ROWS_NOTE
 template <class L, class Path>
-inline constexpr int kGgmlDecodeRows = kGgmlLegacy<L> ? (std::is_same_v<Path, Avx512VnniPath> ? 4 : 2)
+inline constexpr int kGgmlDecodeRows = kGgmlLegacy<L> ? (std::is_same_v<Path, Avx512VnniPath> ? 4 : 1)
                                        : std::is_same_v<Path, Avx512VnniPath> && kGgmlPairs512<L> ? 4
                                                                                               : 1;
 
@@ -258,7 +258,7 @@ requires(!std::is_same_v<Path, ScalarPath>) inline void ggml_decode_rows(Path, c
 #if defined(INFERKIT_QUANT_AVX512VNNI)
     if constexpr (std::is_same_v<Path, Avx512VnniPath>) {
       if constexpr (kGgmlLegacy<L>)
-        ggml_legacy_decode_vnni<L, R()>(rows, cols, x, in.legacy, y + (n - n0));
+        ggml_legacy_decode<L, R()>(Avx512VnniPath{}, rows, cols, x, in.legacy, y + (n - n0));
       else if constexpr (kGgmlPairs512<L>)
         ggml_decode_rows512<L, R()>(rows, cols, x, in.q, y + (n - n0));
       else
@@ -269,7 +269,7 @@ requires(!std::is_same_v<Path, ScalarPath>) inline void ggml_decode_rows(Path, c
 #if defined(INFERKIT_QUANT_AVX2)
     if constexpr (std::is_same_v<Path, Avx2Path>) {
       if constexpr (kGgmlLegacy<L>)
-        ggml_legacy_decode_avx2<L, R()>(rows, cols, x, in.legacy, y + (n - n0));
+        ggml_legacy_decode<L, R()>(Avx2Path{}, rows, cols, x, in.legacy, y + (n - n0));
       else
         ggml_decode_rows256<L, R(), false>(rows, cols, x, y + (n - n0));
     }
