@@ -34,6 +34,7 @@
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/detail/ggml_int8_kernels.hpp"
+#include "inferkit/quant/detail/parallel.hpp"
 #include "inferkit/quant/ggml_blocks.hpp"
 
 #if defined(INFERKIT_QUANT_AVX512VNNI) || defined(INFERKIT_QUANT_AVX2)
@@ -68,38 +69,58 @@ struct GgmlLegacyInput {
   const std::int8_t* q = nullptr;
 };
 
-/// Fills `in` for activation row 0 of x.
-template <class L, class Path>
-inline void ggml_legacy_prepare(Path, const GgmlQ8Rows& x, GgmlLegacyInput& in) {
-  const Index nb = x.cols / 32;
-  const std::int8_t* q = x.q_row(0);
-  in.q = q;
+/// Lane corrections per activation row (GgmlLegacyInput::corr): Q8_0 cols / 4, Q4_0 / Q5_0 16
+/// per full group of 4 blocks, else none.
+template <class L>
+inline Index ggml_legacy_corr_size(Index cols) {
+  if constexpr (L::kSigned) return cols / 4;
+  if constexpr (kGgmlLegacyBias<L> != 0) return 16 * (cols / 128);
+  return 0;
+}
+
+/// The lane corrections -bias * sum q of one activation row q (file comment).
+template <class L>
+inline void ggml_legacy_corr_row(const std::int8_t* q, Index cols, std::int32_t* corr) {
   constexpr int kBias = kGgmlLegacyBias<L>;
   const auto sum4 = [&](Index k) { return q[k] + q[k + 1] + q[k + 2] + q[k + 3]; };
-  const Index groups = nb / 4;
-  if constexpr (kGgmlQuad<L> && kBias != 0) {
-    in.corr.resize(static_cast<std::size_t>(16 * groups));
-    for (Index g = 0; g < groups; ++g)
+  if constexpr (L::kSigned) {
+    for (Index l = 0; l < cols / 4; ++l) corr[l] = -kBias * sum4(4 * l);
+  } else if constexpr (kBias != 0) {
+    for (Index g = 0; g < cols / 128; ++g)
       for (Index j = 0; j < 4; ++j)
         for (Index l = 0; l < 4; ++l) {
           const Index k = 32 * (4 * g + j) + 4 * l;
-          in.corr[static_cast<std::size_t>(16 * g + 4 * j + l)] = -kBias * (sum4(k) + sum4(k + 16));
+          corr[16 * g + 4 * j + l] = -kBias * (sum4(k) + sum4(k + 16));
         }
   }
-  if constexpr (!std::is_same_v<Path, Avx512VnniPath>) return;
-  if constexpr (L::kSigned) {
-    in.corr.resize(static_cast<std::size_t>(x.cols / 4));
-    for (Index l = 0; l < x.cols / 4; ++l) in.corr[static_cast<std::size_t>(l)] = -kBias * sum4(4 * l);
-  } else {
+}
+
+/// One activation row's codes in group order (quads; file comment): per group of 4 blocks the
+/// first 16 codes of each block, then the last 16; the blocks after the last group as they are.
+inline void ggml_quad_codes_row(const std::int8_t* q, Index cols, std::int8_t* o) {
+  const Index groups = cols / 128;
+  for (Index g = 0; g < groups; ++g)
+    for (Index j = 0; j < 4; ++j) {
+      std::memcpy(o + 128 * g + 16 * j, q + 32 * (4 * g + j), 16);
+      std::memcpy(o + 128 * g + 64 + 16 * j, q + 32 * (4 * g + j) + 16, 16);
+    }
+  std::memcpy(o + 128 * groups, q + 128 * groups, static_cast<std::size_t>(cols - 128 * groups));
+}
+
+/// Fills `in` for activation row 0 of x.
+template <class L, class Path>
+inline void ggml_legacy_prepare(Path, const GgmlQ8Rows& x, GgmlLegacyInput& in) {
+  const std::int8_t* q = x.q_row(0);
+  in.q = q;
+  constexpr bool kVnni = std::is_same_v<Path, Avx512VnniPath>;
+  if (kVnni || kGgmlQuad<L>) {  // AVX2 takes the quads' corrections only (Q8_0 multiplies signed codes)
+    in.corr.resize(static_cast<std::size_t>(ggml_legacy_corr_size<L>(x.cols)));
+    ggml_legacy_corr_row<L>(q, x.cols, in.corr.data());
+  }
+  if constexpr (kVnni && kGgmlQuad<L>) {
     in.q_buf.resize(static_cast<std::size_t>(x.cols));
-    std::int8_t* o = in.q_buf.data();
-    for (Index g = 0; g < groups; ++g)
-      for (Index j = 0; j < 4; ++j) {
-        std::memcpy(o + 128 * g + 16 * j, q + 32 * (4 * g + j), 16);
-        std::memcpy(o + 128 * g + 64 + 16 * j, q + 32 * (4 * g + j) + 16, 16);
-      }
-    std::memcpy(o + 128 * groups, q + 128 * groups, static_cast<std::size_t>(x.cols - 128 * groups));
-    in.q = o;
+    ggml_quad_codes_row(q, x.cols, in.q_buf.data());
+    in.q = in.q_buf.data();
   }
 }
 
@@ -440,6 +461,169 @@ inline void ggml_quad_decode_vnni(const std::uint8_t* const* rows, Index cols, c
     ggml_quad_tail<L, true>(rows[r], nb, x.q_row(0), dx, xs, f, m);
     y[r] = ggml_quad_sum<L>(f, m);
   }
+}
+#endif
+
+#if defined(INFERKIT_QUANT_AVX512VNNI)
+/// The VNNI prefill's activation rows: codes in the decode order (quads: group order) and lane
+/// corrections, per row of GgmlQ8Rows.
+struct GgmlLegacyRows {
+  AlignedBuffer<std::int8_t> q;
+  std::vector<std::int32_t> corr;
+  Index cols = 0, corr_stride = 0;
+  const std::int8_t* q_row(Index t) const { return q.data() + t * cols; }
+  const std::int32_t* corr_row(Index t) const { return corr.data() + t * corr_stride; }
+};
+
+template <class L>
+inline void ggml_legacy_rows(const GgmlQ8Rows& x, GgmlLegacyRows& out, int threads) {
+  out.cols = x.cols;
+  out.corr_stride = ggml_legacy_corr_size<L>(x.cols);
+  out.corr.resize(static_cast<std::size_t>(x.rows * out.corr_stride));
+  if constexpr (kGgmlQuad<L>) out.q.resize(static_cast<std::size_t>(x.rows * x.cols));
+  parallel_items(threads, x.rows, [&](Index t) {
+    ggml_legacy_corr_row<L>(x.q_row(t), x.cols, out.corr.data() + t * out.corr_stride);
+    if constexpr (kGgmlQuad<L>) ggml_quad_codes_row(x.q_row(t), x.cols, out.q.data() + t * x.cols);
+  });
+}
+
+/// A weight row packed for the VNNI prefill: the decode's biased unsigned codes in its order
+/// (pairs / groups), each pair's or group's 16 lane factors d, the quads' m (4 per group), and
+/// the leftover blocks as signed codes w' with their d and m.
+struct GgmlLegacyPacked {
+  AlignedBuffer<std::uint8_t> u;
+  AlignedBuffer<float> dv;
+  std::vector<float> m4, dt, mt;
+};
+
+template <class L>
+inline void ggml_legacy_pack(const std::uint8_t* row, Index cols, GgmlLegacyPacked& p) {
+  const Index nb = cols / 32;
+  constexpr Index kStep = kGgmlQuad<L> ? 4 : 2;  // blocks per step
+  const Index steps = nb / kStep;
+  p.u.resize(static_cast<std::size_t>(cols));
+  p.dv.resize(static_cast<std::size_t>(16 * steps));
+  p.dt.resize(static_cast<std::size_t>(nb - kStep * steps));
+  p.mt.resize(p.dt.size());
+  if constexpr (kGgmlQuad<L>) {
+    const auto& index = kGgmlQuadIndex<L>;
+    const __mmask64 pair_mask = _cvtu64_mask64((std::uint64_t{1} << (2 * L::kBytes)) - 1);
+    const __m512i nib_idx = _mm512_load_si512(index.nib), word_idx = _mm512_load_si512(index.words);
+    const __m512i m4 = _mm512_set1_epi8(15), high = _mm512_set1_epi8(16);
+    if constexpr (L::kMins) p.m4.resize(static_cast<std::size_t>(4 * steps));
+    for (Index g = 0; g < steps; ++g) {  // as ggml_quad_decode_vnni
+      const std::uint8_t* a = row + 4 * g * L::kBytes;
+      const __m512i v0 = _mm512_maskz_loadu_epi8(pair_mask, a);
+      const __m512i v1 = _mm512_maskz_loadu_epi8(pair_mask, a + 2 * L::kBytes);
+      const __m512i nib = _mm512_permutex2var_epi8(v0, nib_idx, v1);
+      const __m512i fw = _mm512_permutex2var_epi16(v0, word_idx, v1);
+      __m512i lo = _mm512_and_si512(nib, m4), hi = _mm512_and_si512(_mm512_srli_epi16(nib, 4), m4);
+      if constexpr (kGgmlFiveBit<L>) {
+        const __m128i qh = _mm512_extracti32x4_epi32(fw, 3);
+        lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(qh))), lo, high);
+        hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_extract_epi64(qh, 1))), hi, high);
+      }
+      _mm512_store_si512(p.u.data() + 128 * g, lo);
+      _mm512_store_si512(p.u.data() + 128 * g + 64, hi);
+      _mm512_store_ps(p.dv.data() + 16 * g, _mm512_cvtph_ps(_mm512_castsi512_si256(fw)));
+      if constexpr (L::kMins) _mm_storeu_ps(p.m4.data() + 4 * g, _mm_cvtph_ps(_mm512_extracti32x4_epi32(fw, 2)));
+    }
+  } else {
+    const __m512i sidx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (Index i = 0; i < steps; ++i) {  // as ggml_pair_decode_vnni
+      const std::uint8_t* a = row + 2 * i * L::kBytes;
+      const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(ggml_load(a + 2)), ggml_load(a + L::kBytes + 2), 1);
+      _mm512_store_si512(p.u.data() + 64 * i, _mm512_xor_si512(u, _mm512_set1_epi8(static_cast<char>(0x80))));
+      _mm512_store_ps(p.dv.data() + 16 * i,
+                      _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(ggml_legacy_d2(a, a + L::kBytes))));
+    }
+  }
+  for (Index b = kStep * steps; b < nb; ++b) {
+    const std::uint8_t* a = row + b * L::kBytes;
+    _mm256_store_si256(reinterpret_cast<__m256i*>(p.u.data() + 32 * b), ggml_legacy_codes<L>(a));
+    p.dt[static_cast<std::size_t>(b - kStep * steps)] = ggml_half_f16c(a);
+    p.mt[static_cast<std::size_t>(b - kStep * steps)] = L::kMins ? ggml_half_f16c(a + 2) : 0.0f;
+  }
+}
+
+/// Prefill on VNNI: R packed weight rows x C activation rows t0 .. t0 + C per pass, each
+/// weight vector and factor load shared by the C rows and each activation load by the R rows;
+/// the same operations per output as the decode (so the matmul row equals the matvec):
+/// y[t * y_stride + r].
+template <class L, int R, int C>
+inline void ggml_legacy_prefill_vnni(const GgmlLegacyPacked* w, Index cols, const GgmlQ8Rows& x,
+                                     const GgmlLegacyRows& xa, Index t0, float* y, Index y_stride) {
+  constexpr bool kBias = kGgmlLegacyBias<L> != 0;
+  constexpr Index kStep = kGgmlQuad<L> ? 4 : 2;
+  const Index nb = cols / 32, steps = nb / kStep;
+  const __m512i dx_idx = kGgmlQuad<L> ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
+                                      : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 acc_f[R][C];
+  __m128 mv[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < C; ++t) {
+      acc_f[r][t] = _mm512_setzero_ps();
+      mv[r][t] = _mm_setzero_ps();
+    }
+  for (Index i = 0; i < steps; ++i) {
+    constexpr int kVecs = kGgmlQuad<L> ? 2 : 1;  // code vectors per step
+    __m512i u[R][kVecs];
+    __m512 dv[R];
+    [[maybe_unused]] __m128 m4[R];
+    for (int r = 0; r < R; ++r) {
+      for (int v = 0; v < kVecs; ++v) u[r][v] = _mm512_load_si512(w[r].u.data() + 64 * (kVecs * i + v));
+      dv[r] = _mm512_load_ps(w[r].dv.data() + 16 * i);
+      if constexpr (L::kMins) m4[r] = _mm_loadu_ps(w[r].m4.data() + 4 * i);
+    }
+    for (int t = 0; t < C; ++t) {
+      const std::int8_t* q = (kGgmlQuad<L> ? xa.q_row(t0 + t) : x.q_row(t0 + t)) + 64 * kVecs * i;
+      const __m512i c0 = kBias ? _mm512_loadu_si512(xa.corr_row(t0 + t) + 16 * i) : _mm512_setzero_si512();
+      const float* dx = x.d_row(t0 + t) + kStep * i;
+      const __m512 dxv = _mm512_permutexvar_ps(
+          dx_idx, _mm512_castps128_ps512(kGgmlQuad<L> ? _mm_loadu_ps(dx)
+                                                      : _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(dx)))));
+      [[maybe_unused]] const __m128 xs4 = kGgmlQuad<L> ? _mm_loadu_ps(x.xs_row(t0 + t) + 4 * i) : _mm_setzero_ps();
+      const __m512i q0 = _mm512_loadu_si512(q);  // rows are cols bytes apart: 32-byte multiples
+      [[maybe_unused]] const __m512i q1 = kVecs == 2 ? _mm512_loadu_si512(q + 64) : q0;
+      for (int r = 0; r < R; ++r) {
+        __m512i acc = _mm512_dpbusd_epi32(c0, u[r][0], q0);
+        if constexpr (kVecs == 2) acc = _mm512_dpbusd_epi32(acc, u[r][kVecs - 1], q1);
+        acc_f[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dv[r], dxv), acc_f[r][t]);
+        if constexpr (L::kMins) mv[r][t] = _mm_fmadd_ps(m4[r], xs4, mv[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < C; ++t) {
+      const std::int8_t* q = x.q_row(t0 + t);
+      const float* dx = x.d_row(t0 + t);
+      const auto tail_lanes = [&](Index b) {
+        return ggml_legacy_lanes<L, true>(
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].u.data() + 32 * b)),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * b)));
+      };
+      float out;
+      if constexpr (kGgmlQuad<L>) {
+        __m128 f[4] = {_mm512_extractf32x4_ps(acc_f[r][t], 0), _mm512_extractf32x4_ps(acc_f[r][t], 1),
+                       _mm512_extractf32x4_ps(acc_f[r][t], 2), _mm512_extractf32x4_ps(acc_f[r][t], 3)};
+        alignas(16) float m[4];
+        _mm_store_ps(m, mv[r][t]);
+        for (Index b = 4 * steps; b < nb; ++b) {  // as ggml_quad_tail
+          const int j = static_cast<int>(b % 4);
+          const std::size_t k = static_cast<std::size_t>(b - 4 * steps);
+          f[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(ggml_quad_lanes(tail_lanes(b))), _mm_set1_ps(dx[b] * w[r].dt[k]), f[j]);
+          if constexpr (L::kMins) m[j] = std::fma(w[r].mt[k], x.xs_row(t0 + t)[b], m[j]);
+        }
+        out = ggml_quad_sum<L>(f, m);
+      } else {
+        __m256 e = _mm512_castps512_ps256(acc_f[r][t]);
+        const __m256 o = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc_f[r][t]), 1));
+        if (nb % 2)
+          e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tail_lanes(nb - 1)), _mm256_set1_ps(dx[nb - 1] * w[r].dt[0]), e);
+        out = ggml_pair_sum(e, o);
+      }
+      y[t * y_stride + r] = out;
+    }
 }
 #endif
 
