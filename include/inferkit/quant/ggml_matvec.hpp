@@ -120,25 +120,27 @@ inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const 
         GgmlLegacyRows xa;
         ggml_legacy_rows<L>(q8, xa, T >= 16 ? threads : 1);
         const auto make_packed = [] { return std::array<GgmlLegacyPacked, kGgmlLegacyRows>{}; };
-        parallel_items_with(threads, items, make_packed, [&](std::array<GgmlLegacyPacked, kGgmlLegacyRows>& p, Index i) {
-          const Index n0 = i * kGgmlRowsPerItem, n1 = std::min(N, n0 + kGgmlRowsPerItem);
-          for (Index t0 = 0; t0 < T; t0 += kGgmlTokenTile) {
-            const Index t1 = std::min(T, t0 + kGgmlTokenTile);
-            for (Index n = n0; n < n1; n += kGgmlLegacyRows) {
-              const int rr = static_cast<int>(std::min<Index>(kGgmlLegacyRows, n1 - n));
-              for (int r = 0; r < rr; ++r)
-                ggml_legacy_pack<L>(reinterpret_cast<const std::uint8_t*>(w.row(n + r)), K, p[static_cast<std::size_t>(r)]);
-              for (Index t = t0; t < t1; t += kGgmlLegacyTokens) {
-                const int tc = static_cast<int>(std::min<Index>(kGgmlLegacyTokens, t1 - t));
-                with_static_count<kGgmlLegacyRows>(rr, [&](auto R) {
-                  with_static_count<kGgmlLegacyTokens>(tc, [&](auto C) {
-                    ggml_legacy_prefill_vnni<L, R(), C()>(p.data(), K, q8, xa, t, y.row_ptr(t) + n, y.row_stride());
-                  });
-                });
+        parallel_items_with(
+            threads, items, make_packed, [&](std::array<GgmlLegacyPacked, kGgmlLegacyRows>& p, Index i) {
+              const Index n0 = i * kGgmlRowsPerItem, n1 = std::min(N, n0 + kGgmlRowsPerItem);
+              for (Index t0 = 0; t0 < T; t0 += kGgmlTokenTile) {
+                const Index t1 = std::min(T, t0 + kGgmlTokenTile);
+                for (Index n = n0; n < n1; n += kGgmlLegacyRows) {
+                  const int rr = static_cast<int>(std::min<Index>(kGgmlLegacyRows, n1 - n));
+                  for (int r = 0; r < rr; ++r)
+                    ggml_legacy_pack<L>(reinterpret_cast<const std::uint8_t*>(w.row(n + r)), K,
+                                        p[static_cast<std::size_t>(r)]);
+                  for (Index t = t0; t < t1; t += kGgmlLegacyTokens) {
+                    const int tc = static_cast<int>(std::min<Index>(kGgmlLegacyTokens, t1 - t));
+                    with_static_count<kGgmlLegacyRows>(rr, [&](auto R) {
+                      with_static_count<kGgmlLegacyTokens>(tc, [&](auto C) {
+                        ggml_legacy_prefill_vnni<L, R(), C()>(p.data(), K, q8, xa, t, y.row_ptr(t) + n, y.row_stride());
+                      });
+                    });
+                  }
+                }
               }
-            }
-          }
-        });
+            });
         return;
       }
     }
@@ -164,7 +166,7 @@ inline void ggml_block_product(L layout, const GgmlWeights& w, MatrixView<const 
             with_static_count<kGgmlInt8Tokens>(tc, [&](auto C) {
               if constexpr (kGgmlLegacy<L> && !std::is_same_v<decltype(path), ScalarPath>)
                 ggml_legacy_tile<L, C(), std::is_same_v<decltype(path), Avx512VnniPath>>(r, K, q8, t, y.row_ptr(t) + n,
-                                                                                          y.row_stride());
+                                                                                         y.row_stride());
               else
                 ggml_int8_tile<L, C()>(path, r, K, q8, t, y.row_ptr(t) + n, y.row_stride());
             });

@@ -49,8 +49,8 @@ inline constexpr bool kGgmlPairs512 =
 /// slower). The legacy kernels (ggml_legacy_kernels.hpp): LEGACY_ROWS_NOTE
 template <class L, class Path>
 inline constexpr int kGgmlDecodeRows = kGgmlLegacy<L> ? (std::is_same_v<Path, Avx512VnniPath> ? 4 : 1)
-                                       : std::is_same_v<Path, Avx512VnniPath> && kGgmlPairs512<L> ? 4
-                                                                                              : 1;
+                                       : std::is_same_v<Path, Avx512VnniPath>&& kGgmlPairs512<L> ? 4
+                                                                                                 : 1;
 
 /// The two chunks of pair p (0 .. 3) of a 256-weight block, in the order the packed codes give
 /// them (file comment).

@@ -127,9 +127,10 @@ inline void ggml_legacy_prepare(Path, const GgmlQ8Rows& x, GgmlLegacyInput& in) 
 #if defined(INFERKIT_QUANT_AVX2) || defined(INFERKIT_QUANT_AVX512VNNI)
 /// Byte offsets of the packed low nibbles (Q4_0 2, Q4_1 4, Q5_0 6, Q5_1 8) and of Q5's high bits.
 template <class L>
-inline constexpr int kGgmlNibbles = L::kType == GgmlType::kQ4_0 ? 2 : L::kType == GgmlType::kQ4_1 ? 4
-                                                                  : L::kType == GgmlType::kQ5_0 ? 6
-                                                                                                : 8;
+inline constexpr int kGgmlNibbles = L::kType == GgmlType::kQ4_0   ? 2
+                                    : L::kType == GgmlType::kQ4_1 ? 4
+                                    : L::kType == GgmlType::kQ5_0 ? 6
+                                                                  : 8;
 template <class L>
 inline constexpr int kGgmlHighBits = L::kType == GgmlType::kQ5_0 ? 2 : 4;
 template <class L>
@@ -298,8 +299,8 @@ inline void ggml_legacy_tile(const GgmlUnpackedRow& r, Index cols, const GgmlQ8R
   const Index nb = cols / 32;
   const auto codes = [&](Index b) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(r.u.data() + 32 * b)); };
   const auto lanes = [&](Index b, int t) {
-    return ggml_legacy_lanes<L, kVnni>(
-        codes(b), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q_row(t0 + t) + 32 * b)));
+    return ggml_legacy_lanes<L, kVnni>(codes(b),
+                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q_row(t0 + t) + 32 * b)));
   };
   const auto d = [&](Index b) { return r.parts[static_cast<std::size_t>(b)].d; };
   if constexpr (L::kSigned) {  // Q8_0: pairs
@@ -336,8 +337,8 @@ inline void ggml_legacy_tile(const GgmlUnpackedRow& r, Index cols, const GgmlQ8R
                      _mm256_extractf128_ps(f23[t], 1)};
       for (Index b = nb / 4 * 4; b < nb; ++b) {
         const int j = static_cast<int>(b % 4);
-        f[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(ggml_quad_lanes(lanes(b, t))), _mm_set1_ps(x.d_row(t0 + t)[b] * d(b)),
-                            f[j]);
+        f[j] =
+            _mm_fmadd_ps(_mm_cvtepi32_ps(ggml_quad_lanes(lanes(b, t))), _mm_set1_ps(x.d_row(t0 + t)[b] * d(b)), f[j]);
         if constexpr (L::kMins)
           m[t][j] = std::fma(-r.parts[static_cast<std::size_t>(b)].dm, x.xs_row(t0 + t)[b], m[t][j]);
       }
@@ -370,7 +371,8 @@ inline void ggml_pair_decode_vnni(const std::uint8_t* const* rows, Index cols, c
       const __m512i u = _mm512_xor_si512(
           _mm512_inserti64x4(_mm512_castsi256_si512(ggml_load(a + 2)), ggml_load(a + L::kBytes + 2), 1), flip);
       const __m512i acc = _mm512_dpbusd_epi32(c0, u, qv);
-      const __m512 s = _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(_mm_mul_ps(ggml_legacy_d2(a, a + L::kBytes), g)));
+      const __m512 s =
+          _mm512_permutexvar_ps(sidx, _mm512_castps128_ps512(_mm_mul_ps(ggml_legacy_d2(a, a + L::kBytes), g)));
       acc_f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, acc_f[r]);
     }
   }
@@ -580,8 +582,9 @@ inline void ggml_legacy_prefill_vnni(const GgmlLegacyPacked* w, Index cols, cons
       const __m512i c0 = kBias ? _mm512_loadu_si512(xa.corr_row(t0 + t) + 16 * i) : _mm512_setzero_si512();
       const float* dx = x.d_row(t0 + t) + kStep * i;
       const __m512 dxv = _mm512_permutexvar_ps(
-          dx_idx, _mm512_castps128_ps512(kGgmlQuad<L> ? _mm_loadu_ps(dx)
-                                                      : _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(dx)))));
+          dx_idx,
+          _mm512_castps128_ps512(kGgmlQuad<L> ? _mm_loadu_ps(dx)
+                                              : _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(dx)))));
       [[maybe_unused]] const __m128 xs4 = kGgmlQuad<L> ? _mm_loadu_ps(x.xs_row(t0 + t) + 4 * i) : _mm_setzero_ps();
       const __m512i q0 = _mm512_loadu_si512(q);  // rows are cols bytes apart: 32-byte multiples
       [[maybe_unused]] const __m512i q1 = kVecs == 2 ? _mm512_loadu_si512(q + 64) : q0;
@@ -598,9 +601,8 @@ inline void ggml_legacy_prefill_vnni(const GgmlLegacyPacked* w, Index cols, cons
       const std::int8_t* q = x.q_row(t0 + t);
       const float* dx = x.d_row(t0 + t);
       const auto tail_lanes = [&](Index b) {
-        return ggml_legacy_lanes<L, true>(
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].u.data() + 32 * b)),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * b)));
+        return ggml_legacy_lanes<L, true>(_mm256_load_si256(reinterpret_cast<const __m256i*>(w[r].u.data() + 32 * b)),
+                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * b)));
       };
       float out;
       if constexpr (kGgmlQuad<L>) {
