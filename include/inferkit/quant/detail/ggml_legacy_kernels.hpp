@@ -306,11 +306,17 @@ inline void ggml_legacy_tile(const GgmlUnpackedRow& r, Index cols, const GgmlQ8R
   if constexpr (L::kSigned) {  // Q8_0: pairs
     __m256 e[C], o[C];
     for (int t = 0; t < C; ++t) e[t] = o[t] = _mm256_setzero_ps();
-    for (Index b = 0; b < nb; ++b)
+    const auto add = [&](Index b, int t, __m256& acc) {
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes(b, t)), _mm256_set1_ps(x.d_row(t0 + t)[b] * d(b)), acc);
+    };
+    Index b = 0;
+    for (; b + 2 <= nb; b += 2)  // even blocks into e, odd into o, in block order
       for (int t = 0; t < C; ++t) {
-        __m256& acc = b % 2 ? o[t] : e[t];
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes(b, t)), _mm256_set1_ps(x.d_row(t0 + t)[b] * d(b)), acc);
+        add(b, t, e[t]);
+        add(b + 1, t, o[t]);
       }
+    if (b < nb)
+      for (int t = 0; t < C; ++t) add(b, t, e[t]);
     for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_pair_sum(e[t], o[t]);
   } else {  // quads
     __m256 f01[C], f23[C];
