@@ -8,18 +8,18 @@
 //   P_j = sum_{k in j} u_k q_k,  S_j = sum_{k in j} q_k     (j: the 16-weight groups of block b)
 //
 // which is sum_k w_k dx q_k with exact integer sums and float rounding of the outer sums only.
-// AVX2 multiplies u (unsigned) by q with vpmaddubsw, then by the group scales with vpmaddwd;
-// the VNNI path fuses the second step (vpdpwssd), or for the one-scale legacy blocks does both
-// in vpdpbusd. Q8_0's signed codes take |u| and sign(q, u) first; the other legacy blocks'
-// offset (Q4_0 / Q5_0) and minimum (Q4_1 / Q5_1) terms are summed 8 blocks per multiply-add
-// (ggml_legacy_mins). Codes are unpacked with AVX2
-// instructions on both SIMD paths, 32 per vector (the unit every layout is organized in).
+// K-quants: AVX2 multiplies u (unsigned) by q with vpmaddubsw, then by the group scales with
+// vpmaddwd; the VNNI path fuses the second step (vpdpwssd). Codes are unpacked with AVX2
+// instructions on both SIMD paths, 32 per vector (the unit every layout is organized in). The
+// 32-weight (legacy) blocks fold their offsets into the integers and have their own kernels and
+// float order (detail/ggml_legacy_kernels.hpp); this file gives them activation quantization,
+// the code unpacking and the scalar path.
 //
 // Decode (one activation row, detail/ggml_decode_kernels.hpp) unpacks each block in registers
 // and uses it once; prefill unpacks a weight row once per tile of activation rows into a
 // scratch row (codes, scale vectors, factors) that the tile's rows then share, 4 rows per pass
-// over it. Both run the same block arithmetic (ggml_block_terms), so a matvec equals the matmul
-// row bit for bit.
+// over it. Both run the same block arithmetic (ggml_block_terms for the K-quants), so a matvec
+// equals the matmul row bit for bit.
 
 #include <algorithm>
 #include <cmath>
