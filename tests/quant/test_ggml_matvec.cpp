@@ -124,6 +124,44 @@ TEST_CASE("ggml_matmul, block types: extreme factors, maximum codes, many tokens
   }
 }
 
+// The 32-weight kernels (detail/ggml_legacy_kernels.hpp) run Q8_0 two blocks and the nibble
+// types four blocks per step, 4 rows per decode pass on VNNI, then the leftover blocks and rows
+// one by one: block counts with every remainder mod 4 (5, 7, 13; 4 and 8 have none) and row
+// counts with every remainder mod 4 and mod the 16-row work item, each row against fp64, the
+// decode identical on 1, 2 and 3 threads and to the matmul row, and the paths equal.
+TEST_CASE("ggml_matvec, legacy blocks: block and row remainders, thread counts, paths", "[quant][ggml]") {
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1}) {
+    for (Index blocks : {4, 5, 7, 8, 13}) {
+      for (Index rows : {1, 3, 6, 18, 37}) {
+        const Index cols = 32 * blocks;
+        const auto v = ggml_test::random_blocks(t, static_cast<std::size_t>(rows * blocks), 11 + blocks, 0.03);
+        const auto w = GgmlWeights::view(t, rows, cols, std::as_bytes(std::span(v)), "w");
+        const Decoded d = decode_all(t, v, rows, cols);
+        quant_test::Mat x = quant_test::normal(2, cols, 9 + rows, 1.0f);
+        for (Index k = 0; k < cols; k += 7) x(0, k) *= -20.0f;
+        std::vector<std::vector<float>> per_path;
+        for (QuantKernel k : paths()) {
+          INFO(inferkit::ggml_type_name(t) << " " << rows << " x " << cols << " on " << inferkit::quant_kernel_name(k));
+          const std::span<const float> x0(x.row(0), static_cast<std::size_t>(cols));
+          std::vector<float> y1(static_cast<std::size_t>(rows)), y2(y1.size()), y3(y1.size());
+          inferkit::ggml_matvec(w, x0, y1, 1, k);
+          inferkit::ggml_matvec(w, x0, y2, 2, k);
+          inferkit::ggml_matvec(w, x0, y3, 3, k);
+          for (Index n = 0; n < rows; ++n) check_row(d, n, x.row(0), y1[static_cast<std::size_t>(n)], 32);
+          CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * 4) == 0);
+          CHECK(std::memcmp(y1.data(), y3.data(), y1.size() * 4) == 0);
+          quant_test::Mat y(2, rows);
+          inferkit::ggml_matmul(w, x.view(), y.mut(), 2, k);
+          CHECK(std::memcmp(y1.data(), y.row(0), y1.size() * 4) == 0);
+          for (Index n = 0; n < rows; ++n) check_row(d, n, x.row(1), y(1, n), 32);
+          if (k != QuantKernel::kScalar) per_path.push_back(y1);
+        }
+        for (std::size_t p = 1; p < per_path.size(); ++p) CHECK(per_path[p] == per_path[0]);  // AVX2 == VNNI
+      }
+    }
+  }
+}
+
 TEST_CASE("ggml_matvec_float: every type within float rounding of fp64, any thread count", "[quant][ggml]") {
   std::vector<GgmlType> types = ggml_test::block_types();
   for (GgmlType t : types) {

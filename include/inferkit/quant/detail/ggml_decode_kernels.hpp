@@ -16,8 +16,9 @@
 // packed codes yields (Q4_K / Q5_K: the low or high nibbles of qs[64h .. 64h + 63], chunks
 // (c, c + 2); Q6_K: ql[64n ..] with chunks (c, c + 1)), and the activation codes are laid out in
 // the same pair order once per call (ggml_decode_codes). The pair's 16-bit scale vector is one
-// vpermw of the block's scales. The 256-bit kernels (AVX2 path, the other types on VNNI) run
-// ggml_int8_kernels.hpp's chunk loop with the activation load shared by the R rows.
+// vpermw of the block's scales. The 256-bit kernels (AVX2 path, Q2_K / Q3_K on VNNI) run
+// ggml_int8_kernels.hpp's chunk loop with the activation load shared by the R rows. The
+// 32-weight blocks run ggml_legacy_kernels.hpp's decode.
 
 #include <array>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "inferkit/core/aligned_buffer.hpp"
 #include "inferkit/core/view.hpp"
 #include "inferkit/quant/detail/ggml_int8_kernels.hpp"
+#include "inferkit/quant/detail/ggml_legacy_kernels.hpp"
 #include "inferkit/quant/detail/kernel_dispatch.hpp"
 #include "inferkit/quant/ggml_blocks.hpp"
 
@@ -44,9 +46,14 @@ inline constexpr bool kGgmlPairs512 =
 
 /// Weight rows per decode pass: 4 on the 512-bit pairs (4 accumulators and 8 float sums stay
 /// in 32 registers beside a block's 4 shared activation vectors; 5% faster than 1 row, measured
-/// in L1), 1 on the 256-bit kernels (with 16 registers the extra rows spill: 30% slower).
+/// in L1), 1 on the 256-bit K-quant kernels (with 16 registers the extra rows spill: 30%
+/// slower). The legacy kernels (ggml_legacy_kernels.hpp): 4 on VNNI (4096x14336 from DRAM, 1
+/// thread of a loaded Zen 4: Q8_0 5.1 ms against 7.5 for 1 row, Q4_0 2.6 against 3.7; from L3,
+/// 4096x4096, 1 row is faster: Q8_0 0.51 against 0.85 ms), 1 on AVX2 (2 rows: 0-7% slower).
 template <class L, class Path>
-inline constexpr int kGgmlDecodeRows = std::is_same_v<Path, Avx512VnniPath>&& kGgmlPairs512<L> ? 4 : 1;
+inline constexpr int kGgmlDecodeRows = kGgmlLegacy<L> ? (std::is_same_v<Path, Avx512VnniPath> ? 4 : 1)
+                                       : std::is_same_v<Path, Avx512VnniPath>&& kGgmlPairs512<L> ? 4
+                                                                                                 : 1;
 
 /// The two chunks of pair p (0 .. 3) of a 256-weight block, in the order the packed codes give
 /// them (file comment).
@@ -75,6 +82,20 @@ inline const std::int8_t* ggml_decode_codes(Path, const GgmlQ8Rows& x, AlignedBu
   return q;
 }
 
+/// What a decode call prepares once from its activation row: the codes in kernel order
+/// (ggml_decode_codes) and the legacy kernels' factors and corrections (GgmlLegacyInput).
+struct GgmlDecodeInput {
+  AlignedBuffer<std::int8_t> codes_buf;
+  const std::int8_t* q = nullptr;
+  GgmlLegacyInput legacy;
+};
+
+template <class L, class Path>
+inline void ggml_decode_prepare(Path path, const GgmlQ8Rows& x, GgmlDecodeInput& in) {
+  in.q = ggml_decode_codes<L>(path, x, in.codes_buf);
+  if constexpr (kGgmlLegacy<L>) ggml_legacy_prepare<L>(path, x, in.legacy);
+}
+
 #if defined(INFERKIT_QUANT_AVX2) || defined(INFERKIT_QUANT_AVX512VNNI)
 /// R rows against one activation row with 256-bit chunks (file comment); y[r] for rows[r].
 template <class L, int R, bool kVnni>
@@ -84,12 +105,9 @@ inline void ggml_decode_rows256(const std::uint8_t* const* rows, Index cols, con
   const float* dx = x.d_row(0);
   const std::int16_t* s = x.s_row(0);
   const Index nb = cols / L::kBlock;
+  static_assert(L::kBlock != 32);
   __m256 main[R], mins[R];
-  float mins1[R];  // the legacy blocks' offset / minimum terms (as the prefill tile)
-  for (int r = 0; r < R; ++r) {
-    main[r] = mins[r] = _mm256_setzero_ps();
-    mins1[r] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r) main[r] = mins[r] = _mm256_setzero_ps();
   GgmlParts parts[R];
   for (Index b = 0; b < nb; ++b) {
     for (int r = 0; r < R; ++r) ggml_parts_simd<L>(rows[r] + b * L::kBytes, parts[r]);
@@ -101,17 +119,15 @@ inline void ggml_decode_rows256(const std::uint8_t* const* rows, Index cols, con
       for (int r = 0; r < R; ++r) {
         const __m256i codes = ggml_chunk<L>(rows[r] + b * L::kBytes, c);
         const __m256i u = kGgmlSignedSimd<L> ? _mm256_abs_epi8(codes) : codes;
-        const __m256i sv = L::kBlock == 32 ? codes : ggml_chunk_scales<L>(parts[r], c);
+        const __m256i sv = ggml_chunk_scales<L>(parts[r], c);
         acc[r][c % 2] = ggml_mac<L, kVnni>(acc[r][c % 2], u, codes, qv, sv);
       }
     }
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r)
       ggml_block_terms<L>(parts[r], _mm256_add_epi32(acc[r][0], acc[r][1]), dx[b], s + b * (L::kBlock / 16), main[r],
                           mins[r]);
-      if constexpr (kGgmlLegacyMins<L>) mins1[r] = std::fma(parts[r].dm, x.xs_row(0)[b], mins1[r]);
-    }
   }
-  for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - (ggml_hsum(mins[r]) + mins1[r]);
+  for (int r = 0; r < R; ++r) y[r] = ggml_hsum(main[r]) - ggml_hsum(mins[r]);
 }
 #endif
 
@@ -233,27 +249,33 @@ inline void ggml_decode_rows512(const std::uint8_t* const* rows, Index cols, con
 #endif
 
 /// y[n - n0] for rows n0 .. n1 of the matrix at `base` (`row_bytes` apart) against activation
-/// row 0 of x; `q` from ggml_decode_codes. kGgmlDecodeRows rows per pass, then single rows.
+/// row 0 of x; `in` from ggml_decode_prepare. kGgmlDecodeRows rows per pass, then single rows.
 template <class L, class Path>
 requires(!std::is_same_v<Path, ScalarPath>) inline void ggml_decode_rows(Path, const std::uint8_t* base,
                                                                          std::size_t row_bytes, Index n0, Index n1,
                                                                          Index cols, const GgmlQ8Rows& x,
-                                                                         const std::int8_t* q, float* y) {
+                                                                         const GgmlDecodeInput& in, float* y) {
   const auto pass = [&](Index n, auto R) {
     const std::uint8_t* rows[R()];
     for (int r = 0; r < R(); ++r) rows[r] = base + static_cast<std::size_t>(n + r) * row_bytes;
 #if defined(INFERKIT_QUANT_AVX512VNNI)
     if constexpr (std::is_same_v<Path, Avx512VnniPath>) {
-      if constexpr (kGgmlPairs512<L>)
-        ggml_decode_rows512<L, R()>(rows, cols, x, q, y + (n - n0));
+      if constexpr (kGgmlLegacy<L>)
+        ggml_legacy_decode<L, R()>(Avx512VnniPath{}, rows, cols, x, in.legacy, y + (n - n0));
+      else if constexpr (kGgmlPairs512<L>)
+        ggml_decode_rows512<L, R()>(rows, cols, x, in.q, y + (n - n0));
       else
         ggml_decode_rows256<L, R(), true>(rows, cols, x, y + (n - n0));
       return;
     }
 #endif
-    (void)q;
 #if defined(INFERKIT_QUANT_AVX2)
-    if constexpr (std::is_same_v<Path, Avx2Path>) ggml_decode_rows256<L, R(), false>(rows, cols, x, y + (n - n0));
+    if constexpr (std::is_same_v<Path, Avx2Path>) {
+      if constexpr (kGgmlLegacy<L>)
+        ggml_legacy_decode<L, R()>(Avx2Path{}, rows, cols, x, in.legacy, y + (n - n0));
+      else
+        ggml_decode_rows256<L, R(), false>(rows, cols, x, y + (n - n0));
+    }
 #endif
   };
   Index n = n0;

@@ -8,18 +8,18 @@
 //   P_j = sum_{k in j} u_k q_k,  S_j = sum_{k in j} q_k     (j: the 16-weight groups of block b)
 //
 // which is sum_k w_k dx q_k with exact integer sums and float rounding of the outer sums only.
-// AVX2 multiplies u (unsigned) by q with vpmaddubsw, then by the group scales with vpmaddwd;
-// the VNNI path fuses the second step (vpdpwssd), or for the one-scale legacy blocks does both
-// in vpdpbusd. Q8_0's signed codes take |u| and sign(q, u) first; the other legacy blocks'
-// offset (Q4_0 / Q5_0) and minimum (Q4_1 / Q5_1) terms are summed 8 blocks per multiply-add
-// (ggml_legacy_mins). Codes are unpacked with AVX2
-// instructions on both SIMD paths, 32 per vector (the unit every layout is organized in).
+// K-quants: AVX2 multiplies u (unsigned) by q with vpmaddubsw, then by the group scales with
+// vpmaddwd; the VNNI path fuses the second step (vpdpwssd). Codes are unpacked with AVX2
+// instructions on both SIMD paths, 32 per vector (the unit every layout is organized in). The
+// 32-weight (legacy) blocks fold their offsets into the integers and have their own kernels and
+// float order (detail/ggml_legacy_kernels.hpp); this file gives them activation quantization,
+// the code unpacking and the scalar path.
 //
 // Decode (one activation row, detail/ggml_decode_kernels.hpp) unpacks each block in registers
 // and uses it once; prefill unpacks a weight row once per tile of activation rows into a
 // scratch row (codes, scale vectors, factors) that the tile's rows then share, 4 rows per pass
-// over it. Both run the same block arithmetic (ggml_block_terms), so a matvec equals the matmul
-// row bit for bit.
+// over it. Both run the same block arithmetic (ggml_block_terms for the K-quants), so a matvec
+// equals the matmul row bit for bit.
 
 #include <algorithm>
 #include <cmath>
@@ -288,48 +288,33 @@ template <class L>
 }
 
 /// Integer multiply-accumulate of 32 codes against 32 activation codes, scaled per 16-group by
-/// `sv` (ignored for the one-scale legacy blocks).
+/// `sv` (K-quants; the 32-weight blocks have ggml_legacy_kernels.hpp).
 template <class L, bool kVnni>
 [[gnu::always_inline]] inline __m256i ggml_mac(__m256i acc, __m256i u, __m256i codes, __m256i q, __m256i sv) {
+  static_assert(L::kBlock != 32);
   if constexpr (kGgmlSignedSimd<L>) q = _mm256_sign_epi8(q, codes);  // u holds |codes|
 #if defined(INFERKIT_QUANT_AVX512VNNI)
-  if constexpr (kVnni) {
-    if constexpr (L::kBlock == 32)
-      return _mm256_dpbusd_epi32(acc, u, q);
-    else
-      return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, q), sv);
-  }
+  if constexpr (kVnni) return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, q), sv);
 #endif
-  if constexpr (L::kBlock == 32)
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1)));
-  else
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sv));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sv));
 }
 
-/// Whether layout L is a 32-weight block with a minimum or an offset (Q4_1 / Q5_1: dm = -m; Q4_0
-/// / Q5_0: dm = d o, their unsigned codes u multiplied as they are): its terms dm_b xs_b go
-/// as one scalar multiply-add per block and activation row, mins1 = fma(dm_b, xs_b, mins1).
-template <class L>
-inline constexpr bool kGgmlLegacyMins = L::kBlock == 32 && (L::kMins || L::kOffset != 0);
-
 /// Adds block b's terms for one activation row (file comment): main += dx d acc (8 lanes),
-/// mins += the offset and minimum sums (K-quants, 8 lanes; the legacy blocks' are the callers'
-/// scalar mins1, kGgmlLegacyMins).
+/// mins += the offset and minimum sums (8 lanes). K-quants only.
 template <class L>
 [[gnu::always_inline]] inline void ggml_block_terms(const GgmlParts& p, __m256i acc, float dx, const std::int16_t* s,
                                                     __m256& main, __m256& mins) {
+  static_assert(L::kBlock != 32);
   main = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(dx * p.d), main);
-  if constexpr (L::kBlock != 32) {
-    const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
-    if constexpr (L::kOffset != 0)
-      mins = _mm256_fmadd_ps(
-          _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.sc)), sv)),
-          _mm256_set1_ps(dx * (p.d * static_cast<float>(L::kOffset))), mins);
-    if constexpr (L::kMins)
-      mins = _mm256_fmadd_ps(
-          _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.mn)), sv)),
-          _mm256_set1_ps(dx * p.dm), mins);
-  }
+  const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+  if constexpr (L::kOffset != 0)
+    mins = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.sc)), sv)),
+        _mm256_set1_ps(dx * (p.d * static_cast<float>(L::kOffset))), mins);
+  if constexpr (L::kMins)
+    mins = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.mn)), sv)),
+        _mm256_set1_ps(dx * p.dm), mins);
 }
 
 /// Sum of the 8 lanes of v (a fixed order).
@@ -350,25 +335,24 @@ requires(!std::is_same_v<Path, ScalarPath>) inline void ggml_unpack_row(L, Path,
     ggml_parts_simd<L>(blk, parts);
     for (int c = 0; c < kChunks; ++c) {
       const Index k = b * L::kBlock + 32 * c;
-      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), ggml_chunk<L>(blk, c));
+      __m256i codes = ggml_chunk<L>(blk, c);
+      if constexpr (L::kBlock == 32 && L::kOffset != 0)  // the legacy tile multiplies w' = u - o
+        codes = _mm256_sub_epi8(codes, _mm256_set1_epi8(static_cast<char>(L::kOffset)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(r.u.data() + k), codes);
       if constexpr (L::kBlock != 32)
         _mm256_store_si256(reinterpret_cast<__m256i*>(r.s.data() + k / 2), ggml_chunk_scales<L>(parts, c));
     }
   }
 }
 
-/// The SIMD tiles over an unpacked row: C activation rows share each chunk and scale load.
+/// The SIMD tiles over an unpacked row (K-quants): C activation rows share each chunk and scale load.
 template <class L, int C, bool kVnni>
 inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const GgmlQ8Rows& x, Index t0, float* y,
                                 Index y_stride) {
   constexpr int kChunks = L::kBlock / 32;
   const Index nb = cols / L::kBlock;
   __m256 main[C], mins[C];
-  float mins1[C];
-  for (int t = 0; t < C; ++t) {
-    main[t] = mins[t] = _mm256_setzero_ps();
-    mins1[t] = 0.0f;
-  }
+  for (int t = 0; t < C; ++t) main[t] = mins[t] = _mm256_setzero_ps();
   for (Index b = 0; b < nb; ++b) {
     __m256i acc[C];
     for (int t = 0; t < C; ++t) acc[t] = _mm256_setzero_si256();
@@ -376,8 +360,7 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
       const Index k = b * L::kBlock + 32 * c;
       const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(r.u.data() + k));
       const __m256i u = kGgmlSignedSimd<L> ? _mm256_abs_epi8(codes) : codes;
-      const __m256i sv =
-          L::kBlock == 32 ? codes : _mm256_load_si256(reinterpret_cast<const __m256i*>(r.s.data() + k / 2));
+      const __m256i sv = _mm256_load_si256(reinterpret_cast<const __m256i*>(r.s.data() + k / 2));
       for (int t = 0; t < C; ++t)
         acc[t] = ggml_mac<L, kVnni>(acc[t], u, codes,
                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q_row(t0 + t) + k)), sv);
@@ -385,10 +368,8 @@ inline void ggml_int8_tile_simd(const GgmlUnpackedRow& r, Index cols, const Ggml
     const GgmlParts& p = r.parts[static_cast<std::size_t>(b)];
     for (int t = 0; t < C; ++t)
       ggml_block_terms<L>(p, acc[t], x.d_row(t0 + t)[b], x.s_row(t0 + t) + b * (L::kBlock / 16), main[t], mins[t]);
-    if constexpr (kGgmlLegacyMins<L>)
-      for (int t = 0; t < C; ++t) mins1[t] = std::fma(p.dm, x.xs_row(t0 + t)[b], mins1[t]);
   }
-  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - (ggml_hsum(mins[t]) + mins1[t]);
+  for (int t = 0; t < C; ++t) y[t * y_stride] = ggml_hsum(main[t]) - ggml_hsum(mins[t]);
 }
 
 #endif
