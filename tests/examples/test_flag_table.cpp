@@ -372,7 +372,7 @@ TEST_CASE("flag parser: reading an undeclared flag, or one the subcommand does n
   CHECK(g.integer("--steps") == 256);
 }
 
-TEST_CASE("--help: generated from the table, every flag of the subcommand once, lines within 100 columns",
+TEST_CASE("runner --help: generated from the table, every flag of the subcommand once, lines within 100 columns",
           "[example][cli]") {
   const cli::FlagTable& t = llama2c::flag_table();
   for (const auto& [name, bit, old] : std::vector<std::tuple<std::string, cli::Commands, std::set<std::string>>>{

@@ -266,7 +266,8 @@ std::vector<std::vector<double>> sink_reference_logits(const llama2c::Model& m, 
 // a prompt fed as one chunk (prefill kernel) and then token by token (decode kernel) against the
 // fp64 forward above; -inf is no sink, bit for bit; the CLI's ids with --sink-logit -inf are the
 // ids without the flag, and bad values are refused naming the flag.
-TEST_CASE("--sink-logit: finite sinks match an fp64 forward, -inf is no sink", "[example][llama2c][sink]") {
+TEST_CASE("generate / eval --sink-logit: finite sinks match an fp64 forward, -inf is no sink",
+          "[example][llama2c][sink]") {
   const auto m = small_random(2, 2, 31);
   const std::vector<TokenId> ids{1, 17, 205, 9, 42, 77, 3, 150, 64, 11};
   const auto V = static_cast<std::size_t>(m.config().vocab_size);
