@@ -48,7 +48,9 @@ std::uint64_t chain_outcome_hash(int which, bool large = false) {
       if (gen() % 2 == 0) t = inferkit::argmax_token(std::span<const float>(p.data() + i * v, std::size_t(v)));
       draft.push_back(t);
     }
-    const inferkit::CounterRng rng(gen(), gen() % 5);
+    const std::uint64_t stream = gen() % 5;  // drawn before the seed, as the test's values were made
+    const std::uint64_t seed = gen();
+    const inferkit::CounterRng rng(seed, stream);
     const std::uint64_t first = gen() % 1000;
     inferkit::VerifyResult r;
     if (which == 0) r = inferkit::verify_draft(draft, {q.data(), k, v}, {p.data(), k + 1, v}, rng, first);
@@ -79,7 +81,11 @@ std::uint64_t tree_outcome_hash(int which) {
       path.push_back(i);
     }
     std::vector<TokenId> toks;
-    for (Index i = 0; i < n; ++i) toks.push_back(TokenId(gen() % std::size_t(gen() % 2 ? 3 : v)));
+    for (Index i = 0; i < n; ++i) {  // one gen() per statement: the order of the draws is fixed
+      const std::size_t draw = gen();
+      const std::size_t range = gen() % 2 ? 3 : std::size_t(v);
+      toks.push_back(TokenId(draw % range));
+    }
     const TokenTree tree(toks, parents);
     std::gamma_distribution<double> g(0.3, 1.0);
     auto fill = [&](float* row, bool sparse) {
@@ -93,7 +99,9 @@ std::uint64_t tree_outcome_hash(int which) {
     std::vector<float> q(std::size_t(tree.expanded_count() * v)), p(std::size_t((n + 1) * v));
     for (Index i = 0; i < tree.expanded_count(); ++i) fill(q.data() + i * v, false);
     for (Index i = 0; i <= n; ++i) fill(p.data() + i * v, true);
-    const inferkit::CounterRng rng(gen(), gen() % 5);
+    const std::uint64_t stream = gen() % 5;  // drawn before the seed, as the test's values were made
+    const std::uint64_t seed = gen();
+    const inferkit::CounterRng rng(seed, stream);
     const std::uint64_t first = gen() % 1000;
     inferkit::VerifyResult r;
     if (which == 0)
