@@ -21,6 +21,7 @@
 #include <string>
 
 #include "fuzz_util.hpp"
+#include "inferkit/grammar/json_value.hpp"
 #include "llama2c/trace.hpp"
 
 namespace {
@@ -48,23 +49,12 @@ const std::shared_ptr<const inferkit::TokenTrie>& trie() {
   return t;
 }
 
-// A JSON string holding `s` (raw bytes >= 0x80 kept: the trace reader takes them as they are).
+// A JSON string holding `s` (the library's writer: raw bytes >= 0x80 kept, as the trace reader
+// takes them).
 std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+  std::string out;
+  inferkit::JsonValue::quote(s, out);
+  return out;
 }
 
 // Runs the request's grammar for up to 8 tokens (file comment). `pick` chooses among allowed ids.
