@@ -417,20 +417,41 @@ struct GgmlQuadIndex {
 template <class L>
 inline constexpr GgmlQuadIndex<L> kGgmlQuadIndex{};
 
+/// Four quad blocks at `a` unpacked for VNNI (file comment), as decode and the prefill pack both
+/// read them: lo / hi the codes of the low / high nibbles (Q5's fifth bit added), fw the blocks'
+/// binary16 factor words (Q5's high-bit words in its top 128 bits).
+template <class L>
+struct GgmlQuadUnpack {
+  __mmask64 pair_mask = _cvtu64_mask64((std::uint64_t{1} << (2 * L::kBytes)) - 1);
+  __m512i nib_idx = _mm512_load_si512(kGgmlQuadIndex<L>.nib), word_idx = _mm512_load_si512(kGgmlQuadIndex<L>.words);
+  __m512i m4 = _mm512_set1_epi8(15), high = _mm512_set1_epi8(16);
+
+  void operator()(const std::uint8_t* a, __m512i& lo, __m512i& hi, __m512i& fw) const {
+    const __m512i v0 = _mm512_maskz_loadu_epi8(pair_mask, a);
+    const __m512i v1 = _mm512_maskz_loadu_epi8(pair_mask, a + 2 * L::kBytes);
+    const __m512i nib = _mm512_permutex2var_epi8(v0, nib_idx, v1);
+    fw = _mm512_permutex2var_epi16(v0, word_idx, v1);
+    lo = _mm512_and_si512(nib, m4);
+    hi = _mm512_and_si512(_mm512_srli_epi16(nib, 4), m4);
+    if constexpr (kGgmlFiveBit<L>) {
+      const __m128i qh = _mm512_extracti32x4_epi32(fw, 3);
+      lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(qh))), lo, high);
+      hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_extract_epi64(qh, 1))), hi, high);
+    }
+  }
+};
+
 /// Quad decode (Q4_0 .. Q5_1) on VNNI: four blocks per pair of 512-bit code vectors, R rows per
 /// pass (file comment); in.q holds the activation codes in group order.
 template <class L, int R>
 inline void ggml_quad_decode_vnni(const std::uint8_t* const* rows, Index cols, const GgmlQ8Rows& x,
                                   const GgmlLegacyInput& in, float* y) {
   constexpr bool kBias = kGgmlLegacyBias<L> != 0;
-  const auto& index = kGgmlQuadIndex<L>;
   const std::int8_t* q = in.q;
   const float *dx = x.d_row(0), *xs = x.xs_row(0);
   const Index nb = cols / 32;
-  const __mmask64 pair_mask = _cvtu64_mask64((std::uint64_t{1} << (2 * L::kBytes)) - 1);
-  const __m512i nib_idx = _mm512_load_si512(index.nib), word_idx = _mm512_load_si512(index.words);
+  const GgmlQuadUnpack<L> unpack;
   const __m512i dx_idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i m4 = _mm512_set1_epi8(15), high = _mm512_set1_epi8(16);
   __m512 acc_f[R];
   __m128 mv[R];
   for (int r = 0; r < R; ++r) {
@@ -444,17 +465,8 @@ inline void ggml_quad_decode_vnni(const std::uint8_t* const* rows, Index cols, c
     [[maybe_unused]] const __m128 xs4 = _mm_loadu_ps(xs + 4 * g);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const std::uint8_t* a = rows[r] + 4 * g * L::kBytes;
-      const __m512i v0 = _mm512_maskz_loadu_epi8(pair_mask, a);
-      const __m512i v1 = _mm512_maskz_loadu_epi8(pair_mask, a + 2 * L::kBytes);
-      const __m512i nib = _mm512_permutex2var_epi8(v0, nib_idx, v1);
-      const __m512i fw = _mm512_permutex2var_epi16(v0, word_idx, v1);
-      __m512i lo = _mm512_and_si512(nib, m4), hi = _mm512_and_si512(_mm512_srli_epi16(nib, 4), m4);
-      if constexpr (kGgmlFiveBit<L>) {
-        const __m128i qh = _mm512_extracti32x4_epi32(fw, 3);
-        lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(qh))), lo, high);
-        hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_extract_epi64(qh, 1))), hi, high);
-      }
+      __m512i lo, hi, fw;
+      unpack(rows[r] + 4 * g * L::kBytes, lo, hi, fw);
       const __m512i acc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c0, lo, qlo), hi, qhi);
       const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(fw)), dxv);
       acc_f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, acc_f[r]);
@@ -514,23 +526,11 @@ inline void ggml_legacy_pack(const std::uint8_t* row, Index cols, GgmlLegacyPack
   p.dt.resize(static_cast<std::size_t>(nb - kStep * steps));
   p.mt.resize(p.dt.size());
   if constexpr (kGgmlQuad<L>) {
-    const auto& index = kGgmlQuadIndex<L>;
-    const __mmask64 pair_mask = _cvtu64_mask64((std::uint64_t{1} << (2 * L::kBytes)) - 1);
-    const __m512i nib_idx = _mm512_load_si512(index.nib), word_idx = _mm512_load_si512(index.words);
-    const __m512i m4 = _mm512_set1_epi8(15), high = _mm512_set1_epi8(16);
+    const GgmlQuadUnpack<L> unpack;
     if constexpr (L::kMins) p.m4.resize(static_cast<std::size_t>(4 * steps));
     for (Index g = 0; g < steps; ++g) {  // as ggml_quad_decode_vnni
-      const std::uint8_t* a = row + 4 * g * L::kBytes;
-      const __m512i v0 = _mm512_maskz_loadu_epi8(pair_mask, a);
-      const __m512i v1 = _mm512_maskz_loadu_epi8(pair_mask, a + 2 * L::kBytes);
-      const __m512i nib = _mm512_permutex2var_epi8(v0, nib_idx, v1);
-      const __m512i fw = _mm512_permutex2var_epi16(v0, word_idx, v1);
-      __m512i lo = _mm512_and_si512(nib, m4), hi = _mm512_and_si512(_mm512_srli_epi16(nib, 4), m4);
-      if constexpr (kGgmlFiveBit<L>) {
-        const __m128i qh = _mm512_extracti32x4_epi32(fw, 3);
-        lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(qh))), lo, high);
-        hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(static_cast<std::uint64_t>(_mm_extract_epi64(qh, 1))), hi, high);
-      }
+      __m512i lo, hi, fw;
+      unpack(row + 4 * g * L::kBytes, lo, hi, fw);
       _mm512_store_si512(p.u.data() + 128 * g, lo);
       _mm512_store_si512(p.u.data() + 128 * g + 64, hi);
       _mm512_store_ps(p.dv.data() + 16 * g, _mm512_cvtph_ps(_mm512_castsi512_si256(fw)));
